@@ -1,0 +1,40 @@
+/* zarrmount cli: the command line. `zarrmount select` runs the selection
+ * kernel on one JSON request (docs/select-contract.md gives the contract). */
+#ifndef ZARRMOUNT_CLI_H
+#define ZARRMOUNT_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "zarrmount/error.h"
+#include "zarrmount/select.h"
+
+struct json_t;
+
+/* Exit codes. */
+#define ZM_EXIT_OK 0
+#define ZM_EXIT_FAILURE 1 /* out of memory, I/O */
+#define ZM_EXIT_REFUSED 2 /* a refused or malformed request, a bad command line */
+
+/* One parsed select request. */
+typedef struct zm_select_command {
+    zm_request request; /* k resolved from k, share or percent */
+    int summary;        /* heads and tails instead of every position */
+    int size_only;      /* only the size */
+    int32_t *codes;     /* owned storage behind request.codes */
+    double *coords;     /* owned storage behind request.coords */
+} zm_select_command;
+
+/* Reads a request object. -EINVAL with a one-line reason for anything the
+ * contract does not allow or the kernel refuses up front. */
+int zm_select_command_parse(const struct json_t *root, zm_select_command *command, zm_err *err);
+void zm_select_command_free(zm_select_command *command);
+
+/* Runs a parsed request and writes the result object and a newline to out. */
+int zm_select_command_run(const zm_select_command *command, FILE *out, zm_err *err);
+
+/* The whole command: one request read from in, the result (or
+ * {"error": reason}) written to out. Returns the exit code. */
+int zm_select_main(FILE *in, FILE *out);
+
+#endif

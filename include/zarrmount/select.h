@@ -1,0 +1,160 @@
+/* zarrmount select: the selection kernel.
+ *
+ * Decides which cells a view holds and the order they appear in, exactly as
+ * the subsampling specification, version 1, says (docs/kernel.md explains
+ * each method for users). Pure: no I/O, no global state; the same request
+ * gives the same cells on every machine.
+ *
+ * Sizes: n, the cells in the dataset, is 0 ≤ n ≤ 2^32 − 1; positions are
+ * uint32; counts are 64-bit. A request whose k ≥ n keeps every cell.
+ */
+#ifndef ZARRMOUNT_SELECT_H
+#define ZARRMOUNT_SELECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zarrmount/error.h"
+
+#define ZM_SPEC_VERSION 1
+#define ZM_N_MAX UINT32_MAX           /* the most cells a dataset may have */
+#define ZM_DEFAULT_GRID_SIZE 32       /* spatial: boxes per axis */
+#define ZM_GRID_BOXES_LIMIT (1ULL << 53) /* spatial: G^d must stay below */
+
+/* ---- The rank of a cell ------------------------------------------------ */
+
+/* MurmurHash3's finaliser, a bijection on uint32. */
+uint32_t zm_fmix32(uint32_t h);
+/* Its inverse: zm_fmix32_inverse(zm_fmix32(h)) == h for every h. */
+uint32_t zm_fmix32_inverse(uint32_t h);
+/* seedKey(seed) = fmix32(seed ^ 0x9e3779b9). */
+uint32_t zm_seed_key(uint32_t seed);
+/* rank(seed, p) = fmix32(p ^ seedKey(seed)). */
+uint32_t zm_rank(uint32_t seed, uint32_t position);
+
+/* ---- Size from a share ------------------------------------------------- */
+
+typedef enum zm_share_kind {
+    ZM_SHARE_FRACTION, /* a fraction in (0, 1] */
+    ZM_SHARE_PERCENT,  /* a percentage in (0, 100] */
+} zm_share_kind;
+
+/* k = min(n, max(1, floor((2nP + Q) / 2Q))) for the exact rational P/Q that the
+ * decimal text names ("0.35", "35", "5.960464477539063e-08"), in exact integer
+ * arithmetic. Refuses (-EINVAL, with a reason) text that is not a plain
+ * decimal number and shares outside (0, 1] (percentages outside (0, 100]).
+ * n = 0 gives k = 0. Constant time in n. */
+int zm_size_from_text(const char *text, zm_share_kind kind, uint64_t n, uint64_t *k,
+                      zm_err *err);
+
+/* The same for a share held as a binary64 number: taken as its shortest
+ * round-trip decimal (zm_shortest_decimal), then exactly. */
+int zm_size_from_binary64(double share, zm_share_kind kind, uint64_t n, uint64_t *k,
+                          zm_err *err);
+
+/* Writes the shortest round-trip decimal of a finite x into buf: the fewest
+ * significant digits whose text reads back as x under correctly rounded
+ * conversion, and among those the nearest to x, the one with the even last
+ * digit when two are as near (JavaScript String(x), Python repr(x) digits).
+ * Format: Python repr style ("0.35", "5.960464477539063e-08", "1e+22", "-0.0").
+ * Returns the length written, or -EINVAL for a non-finite x, -ERANGE if buf
+ * (cap bytes, NUL included) is too small; 32 bytes always suffice. */
+int zm_shortest_decimal(double x, char *buf, size_t cap);
+
+/* Reads decimal text as the nearest binary64 (ties to even), independently of
+ * the C library: correctly rounded for any number of digits. Accepts an
+ * optional sign, digits with an optional point, an optional exponent; refuses
+ * anything else with -EINVAL. Overflow gives ±infinity, underflow ±0 or a
+ * subnormal, as IEEE 754 rounding says. */
+int zm_decimal_to_binary64(const char *text, double *out, zm_err *err);
+
+/* ---- Requests and selections -------------------------------------------- */
+
+typedef enum zm_method {
+    ZM_METHOD_UNIFORM,
+    ZM_METHOD_BLOCKS,
+    ZM_METHOD_STRATIFIED,
+    ZM_METHOD_SPATIAL,
+} zm_method;
+
+typedef enum zm_allocation {
+    ZM_ALLOCATION_PROPORTIONAL, /* largest remainder */
+    ZM_ALLOCATION_BALANCED,     /* water-filling */
+} zm_allocation;
+
+/* One selection request; k already resolved from any share. The arrays are
+ * borrowed, never freed by the kernel. */
+typedef struct zm_request {
+    zm_method method;
+    uint64_t n;          /* cells in the dataset, ≤ ZM_N_MAX */
+    uint32_t seed;
+    uint64_t k;          /* ≥ 1; k ≥ n keeps every cell */
+    uint64_t block_size; /* blocks: B ≥ 1 */
+    /* stratified: one code per cell, a negative code is a missing value */
+    const int32_t *codes;
+    zm_allocation allocation;
+    uint64_t minimum;    /* cells per stratum before the rest is split */
+    /* spatial: n rows of dims values, row-major, as read (any non-finite) */
+    const double *coords;
+    unsigned dims;       /* 1 to 3 */
+    uint64_t grid_size;  /* G ≥ 1 boxes per axis */
+} zm_request;
+
+/* One stratum of a stratified or spatial selection, for explaining it. */
+typedef struct zm_stratum {
+    uint64_t id;   /* the category code (the missing stratum: one past the
+                    * largest code) or the box number (non-finite: G^d) */
+    uint64_t size; /* its cells */
+    uint64_t kept; /* the cells it keeps */
+} zm_stratum;
+
+typedef struct zm_selection {
+    uint64_t n;            /* cells in the dataset */
+    uint64_t k;            /* cells kept: min(request k, n) */
+    uint32_t *positions;   /* k positions, ascending */
+    uint32_t *order;       /* the same k positions in priority order */
+    zm_stratum *strata;    /* stratified and spatial: occupied strata in number order */
+    size_t strata_count;
+} zm_selection;
+
+/* Runs a request. On success fills out (free it with zm_selection_free); on
+ * failure returns -EINVAL (refused, with the rule that refused it) or -ENOMEM,
+ * and out holds nothing. */
+int zm_select(const zm_request *request, zm_selection *out, zm_err *err);
+void zm_selection_free(zm_selection *selection);
+
+/* Checks a request without selecting (the refusals zm_select would give that
+ * do not depend on the cells, plus the minimum that does not fit). */
+int zm_request_check(const zm_request *request, zm_err *err);
+
+/* Plain values made categories in code-point order: values[i] (lengths[i]
+ * bytes of UTF-8, NULL for a missing value) gets the code of its category
+ * among the distinct values sorted by code point. Fills codes (n entries,
+ * -1 for missing) and *category_count. */
+int zm_codes_from_values(const char *const *values, const size_t *lengths, uint64_t n,
+                         int32_t *codes, uint64_t *category_count, zm_err *err);
+
+/* ---- Naming a kept set -------------------------------------------------- */
+
+/* The cell set digest: 16 lowercase hex digits and a NUL into out. */
+void zm_cellset_digest(const uint32_t *positions, uint64_t k, uint64_t n, char out[17]);
+
+/* The LEB128 gap encoding of ascending positions (every cell: no bytes).
+ * *bytes is malloc'd (may be NULL when *length is 0). */
+int zm_cellset_encode(const uint32_t *positions, uint64_t k, uint64_t n, uint8_t **bytes,
+                      size_t *length, zm_err *err);
+
+/* Decodes bytes back to ascending positions below n. A truncated varint, a
+ * non-canonical one, a value past uint32 or a position ≥ n is -EINVAL with a
+ * reason, never a crash. No bytes means every cell. */
+int zm_cellset_decode(const uint8_t *bytes, size_t length, uint64_t n, uint32_t **positions,
+                      uint64_t *k, zm_err *err);
+
+/* ---- Names -------------------------------------------------------------- */
+
+const char *zm_method_name(zm_method method);
+int zm_method_from_name(const char *name, zm_method *method);
+const char *zm_allocation_name(zm_allocation allocation);
+int zm_allocation_from_name(const char *name, zm_allocation *allocation);
+
+#endif

@@ -1,0 +1,334 @@
+/* Parsing a select request: JSON in, a checked zm_request out. */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zarrmount/cli.h"
+
+static const char *const known_keys[] = {
+    "method", "n", "seed", "k", "share", "percent", "blockSize", "codes", "values",
+    "allocation", "minimum", "coords", "gridSize", "summary", "sizeOnly",
+};
+
+/* An integer member in [low, high]; absent leaves *value as it is. */
+static int read_integer(const json_t *root, const char *key, int64_t low, uint64_t high,
+                        uint64_t *value, int *present, zm_err *err)
+{
+    json_t *member = json_object_get(root, key);
+    if (present)
+        *present = member != NULL;
+    if (member == NULL)
+        return 0;
+    if (!json_is_integer(member))
+        return zm_err_set(err, -EINVAL, "\"%s\" must be an integer", key);
+    json_int_t v = json_integer_value(member);
+    if (v < low || (v >= 0 && (uint64_t)v > high))
+        return zm_err_set(err, -EINVAL, "\"%s\" = %" JSON_INTEGER_FORMAT " is outside [%" PRId64
+                          ", %" PRIu64 "]", key, v, low, high);
+    *value = (uint64_t)v;
+    return 0;
+}
+
+static int read_boolean(const json_t *root, const char *key, int *value, zm_err *err)
+{
+    json_t *member = json_object_get(root, key);
+    *value = 0;
+    if (member == NULL)
+        return 0;
+    if (!json_is_boolean(member))
+        return zm_err_set(err, -EINVAL, "\"%s\" must be true or false", key);
+    *value = json_is_true(member);
+    return 0;
+}
+
+/* n from "n" or from the per-cell array; both must agree. */
+static int settle_n(zm_select_command *command, int *n_given, uint64_t length, const char *key,
+                    zm_err *err)
+{
+    if (!*n_given) {
+        *n_given = 1;
+        if (length > ZM_N_MAX)
+            return zm_err_set(err, -EINVAL, "\"%s\" has %" PRIu64 " entries, more than 2^32 - 1",
+                              key, length);
+        command->request.n = length;
+    } else if (command->request.n != length) {
+        return zm_err_set(err, -EINVAL, "n = %" PRIu64 " but \"%s\" has %" PRIu64 " entries",
+                          command->request.n, key, length);
+    }
+    return 0;
+}
+
+static int read_codes(const json_t *array, zm_select_command *command, zm_err *err)
+{
+    size_t length = json_array_size(array);
+    command->codes = malloc((length ? length : 1) * sizeof *command->codes);
+    if (command->codes == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory reading %zu codes", length);
+    for (size_t i = 0; i < length; i++) {
+        json_t *v = json_array_get(array, i);
+        if (json_is_null(v) || (json_is_string(v) && strcmp(json_string_value(v), "NaN") == 0)) {
+            command->codes[i] = -1;
+        } else if (json_is_integer(v)) {
+            json_int_t code = json_integer_value(v);
+            if (code > INT32_MAX)
+                return zm_err_set(err, -EINVAL, "codes[%zu] = %" JSON_INTEGER_FORMAT
+                                  " is past the largest category code (2^31 - 1)", i, code);
+            command->codes[i] = code < 0 ? -1 : (int32_t)code;
+        } else {
+            return zm_err_set(err, -EINVAL, "codes[%zu] is not an integer or null", i);
+        }
+    }
+    command->request.codes = command->codes;
+    return 0;
+}
+
+static int read_values(const json_t *array, zm_select_command *command, zm_err *err)
+{
+    size_t length = json_array_size(array);
+    const char **values = malloc((length ? length : 1) * sizeof *values);
+    size_t *lengths = malloc((length ? length : 1) * sizeof *lengths);
+    command->codes = malloc((length ? length : 1) * sizeof *command->codes);
+    int rc = 0;
+    if (values == NULL || lengths == NULL || command->codes == NULL)
+        rc = zm_err_set(err, -ENOMEM, "out of memory reading %zu values", length);
+    for (size_t i = 0; rc == 0 && i < length; i++) {
+        json_t *v = json_array_get(array, i);
+        if (json_is_null(v)) {
+            values[i] = NULL;
+            lengths[i] = 0;
+        } else if (json_is_string(v)) {
+            values[i] = json_string_value(v);
+            lengths[i] = json_string_length(v);
+        } else {
+            rc = zm_err_set(err, -EINVAL, "values[%zu] is not a string or null", i);
+        }
+    }
+    uint64_t categories = 0;
+    if (rc == 0)
+        rc = zm_codes_from_values(values, lengths, length, command->codes, &categories, err);
+    free(values);
+    free(lengths);
+    command->request.codes = command->codes;
+    return rc;
+}
+
+static int read_coordinate(const json_t *v, double *out)
+{
+    if (json_is_null(v)) {
+        *out = NAN;
+    } else if (json_is_number(v)) {
+        *out = json_number_value(v);
+    } else if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        if (strcmp(s, "NaN") == 0)
+            *out = NAN;
+        else if (strcmp(s, "Infinity") == 0)
+            *out = INFINITY;
+        else if (strcmp(s, "-Infinity") == 0)
+            *out = -INFINITY;
+        else
+            return -EINVAL;
+    } else {
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int read_coords(const json_t *array, zm_select_command *command, zm_err *err)
+{
+    size_t length = json_array_size(array);
+    size_t dims = 0;
+    if (length > 0) {
+        json_t *first = json_array_get(array, 0);
+        if (!json_is_array(first))
+            return zm_err_set(err, -EINVAL, "coords[0] is not an array of coordinates");
+        dims = json_array_size(first);
+    } else {
+        /* No cell: the grid is still checked, as for one column. */
+        dims = 1;
+    }
+    if (dims < 1 || dims > 3)
+        return zm_err_set(err, -EINVAL,
+                          "spatial takes 1 to 3 coordinate columns, coords[0] has %zu", dims);
+    command->request.dims = (unsigned)dims;
+    command->coords = malloc((length ? length : 1) * dims * sizeof *command->coords);
+    if (command->coords == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory reading %zu coordinates", length);
+    for (size_t i = 0; i < length; i++) {
+        json_t *row = json_array_get(array, i);
+        if (!json_is_array(row) || json_array_size(row) != dims)
+            return zm_err_set(err, -EINVAL, "coords[%zu] is not an array of %zu coordinates", i,
+                              dims);
+        for (size_t a = 0; a < dims; a++)
+            if (read_coordinate(json_array_get(row, a), &command->coords[i * dims + a]) != 0)
+                return zm_err_set(err, -EINVAL,
+                                  "coords[%zu][%zu] is not a number, null, \"NaN\", \"Infinity\" "
+                                  "or \"-Infinity\"", i, a);
+    }
+    command->request.coords = command->coords;
+    return 0;
+}
+
+/* The size: exactly one of k, share, percent. */
+static int read_size(const json_t *root, zm_select_command *command, zm_err *err)
+{
+    json_t *k = json_object_get(root, "k");
+    json_t *share = json_object_get(root, "share");
+    json_t *percent = json_object_get(root, "percent");
+    int given = (k != NULL) + (share != NULL) + (percent != NULL);
+    if (given != 1)
+        return zm_err_set(err, -EINVAL, given == 0 ? "give the size as one of \"k\", \"share\", \"percent\""
+                                                   : "give only one of \"k\", \"share\", \"percent\"");
+    uint64_t n = command->request.n;
+    if (k != NULL) {
+        if (!json_is_integer(k))
+            return zm_err_set(err, -EINVAL, "\"k\" must be an integer");
+        json_int_t v = json_integer_value(k);
+        if (v == 0)
+            return zm_err_set(err, -EINVAL, "k = 0 is refused: a subsample keeps at least one cell");
+        if (v < 0)
+            return zm_err_set(err, -EINVAL, "k = %" JSON_INTEGER_FORMAT " is refused: k counts cells", v);
+        command->request.k = (uint64_t)v;
+        return 0;
+    }
+    json_t *value = share ? share : percent;
+    zm_share_kind kind = share ? ZM_SHARE_FRACTION : ZM_SHARE_PERCENT;
+    const char *name = share ? "share" : "percent";
+    uint64_t size = 0;
+    int rc;
+    if (json_is_string(value))
+        rc = zm_size_from_text(json_string_value(value), kind, n, &size, err);
+    else if (json_is_number(value))
+        rc = zm_size_from_binary64(json_number_value(value), kind, n, &size, err);
+    else
+        return zm_err_set(err, -EINVAL, "\"%s\" must be a decimal text or a number", name);
+    if (rc != 0)
+        return rc;
+    /* A share of no cell (n = 0) keeps every cell: none. */
+    command->request.k = size > 0 ? size : 1;
+    return 0;
+}
+
+int zm_select_command_parse(const json_t *root, zm_select_command *command, zm_err *err)
+{
+    memset(command, 0, sizeof *command);
+    command->request.allocation = ZM_ALLOCATION_PROPORTIONAL;
+    command->request.grid_size = ZM_DEFAULT_GRID_SIZE;
+    if (!json_is_object(root))
+        return zm_err_set(err, -EINVAL, "the request must be a JSON object");
+
+    const char *key;
+    json_t *member;
+    json_object_foreach((json_t *)root, key, member) {
+        int known = 0;
+        for (size_t i = 0; i < sizeof known_keys / sizeof known_keys[0]; i++)
+            known |= strcmp(key, known_keys[i]) == 0;
+        if (!known)
+            return zm_err_set(err, -EINVAL, "unknown request key \"%s\"", key);
+    }
+
+    json_t *method = json_object_get(root, "method");
+    if (method == NULL)
+        return zm_err_set(err, -EINVAL, "the request has no \"method\"");
+    if (!json_is_string(method) ||
+        zm_method_from_name(json_string_value(method), &command->request.method) != 0)
+        return zm_err_set(err, -EINVAL,
+                          "unknown method %s: use uniform, blocks, stratified or spatial",
+                          json_is_string(method) ? json_string_value(method) : "(not a string)");
+    zm_method m = command->request.method;
+
+    int rc, n_given = 0;
+    uint64_t seed = 0;
+    if ((rc = read_integer(root, "n", 0, ZM_N_MAX, &command->request.n, &n_given, err)) ||
+        (rc = read_integer(root, "seed", 0, UINT32_MAX, &seed, NULL, err)) ||
+        (rc = read_boolean(root, "summary", &command->summary, err)) ||
+        (rc = read_boolean(root, "sizeOnly", &command->size_only, err)))
+        return rc;
+    command->request.seed = (uint32_t)seed;
+
+    /* Method settings: each only where its method takes it. */
+    struct {
+        const char *key;
+        zm_method method;
+    } const owned[] = {
+        {"blockSize", ZM_METHOD_BLOCKS},      {"codes", ZM_METHOD_STRATIFIED},
+        {"values", ZM_METHOD_STRATIFIED},     {"allocation", ZM_METHOD_STRATIFIED},
+        {"minimum", ZM_METHOD_STRATIFIED},    {"coords", ZM_METHOD_SPATIAL},
+        {"gridSize", ZM_METHOD_SPATIAL},
+    };
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+        if (json_object_get(root, owned[i].key) && owned[i].method != m)
+            return zm_err_set(err, -EINVAL, "\"%s\" belongs to %s, not %s", owned[i].key,
+                              zm_method_name(owned[i].method), zm_method_name(m));
+
+    if (m == ZM_METHOD_BLOCKS) {
+        int given = 0;
+        if ((rc = read_integer(root, "blockSize", 0, UINT64_MAX >> 1, &command->request.block_size,
+                               &given, err)))
+            return rc;
+        if (!given && !command->size_only)
+            return zm_err_set(err, -EINVAL, "blocks needs \"blockSize\"");
+        if (given && command->request.block_size == 0)
+            return zm_err_set(err, -EINVAL, "blockSize = 0 is refused: a block holds at least one cell");
+    }
+    if (m == ZM_METHOD_STRATIFIED) {
+        json_t *codes = json_object_get(root, "codes"), *values = json_object_get(root, "values");
+        if (codes && values)
+            return zm_err_set(err, -EINVAL, "give either \"codes\" or \"values\", not both");
+        json_t *array = codes ? codes : values;
+        const char *name = codes ? "codes" : "values";
+        if (array == NULL && !command->size_only)
+            return zm_err_set(err, -EINVAL, "stratified needs \"codes\" or \"values\"");
+        if (array != NULL) {
+            if (!json_is_array(array))
+                return zm_err_set(err, -EINVAL, "\"%s\" must be an array", name);
+            if ((rc = settle_n(command, &n_given, json_array_size(array), name, err)) ||
+                (rc = codes ? read_codes(array, command, err) : read_values(array, command, err)))
+                return rc;
+        }
+        json_t *allocation = json_object_get(root, "allocation");
+        if (allocation && (!json_is_string(allocation) ||
+                           zm_allocation_from_name(json_string_value(allocation),
+                                                   &command->request.allocation) != 0))
+            return zm_err_set(err, -EINVAL, "\"allocation\" must be \"proportional\" or \"balanced\"");
+        if ((rc = read_integer(root, "minimum", 0, UINT64_MAX >> 1, &command->request.minimum,
+                               NULL, err)))
+            return rc;
+    }
+    if (m == ZM_METHOD_SPATIAL) {
+        int given = 0;
+        if ((rc = read_integer(root, "gridSize", 0, UINT64_MAX >> 1, &command->request.grid_size,
+                               &given, err)))
+            return rc;
+        json_t *coords = json_object_get(root, "coords");
+        if (coords == NULL && !command->size_only)
+            return zm_err_set(err, -EINVAL, "spatial needs \"coords\"");
+        if (coords != NULL) {
+            if (!json_is_array(coords))
+                return zm_err_set(err, -EINVAL, "\"coords\" must be an array");
+            if ((rc = settle_n(command, &n_given, json_array_size(coords), "coords", err)) ||
+                (rc = read_coords(coords, command, err)))
+                return rc;
+        } else {
+            command->request.dims = 1;
+        }
+    }
+    if (!n_given)
+        return zm_err_set(err, -EINVAL, "the request has no \"n\" (nor cells that give it)");
+
+    if ((rc = read_size(root, command, err)) != 0)
+        return rc;
+    if (command->size_only)
+        return 0;
+    return zm_request_check(&command->request, err);
+}
+
+void zm_select_command_free(zm_select_command *command)
+{
+    free(command->codes);
+    free(command->coords);
+    memset(command, 0, sizeof *command);
+}
