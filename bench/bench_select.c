@@ -14,6 +14,27 @@
 
 #include "zarrmount/select.h"
 
+/* Peak resident memory of this program. VmHWM belongs to the address space
+ * made at exec, unlike getrusage's ru_maxrss, which keeps the peak of a
+ * parent process it was forked from (Python's, holding numpy arrays). */
+static long long peak_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kib = -1;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmHWM: %lld kB", &kib) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    if (kib < 0) {
+        struct rusage usage;
+        getrusage(RUSAGE_SELF, &usage);
+        kib = usage.ru_maxrss;
+    }
+    return kib * 1024;
+}
+
 static double now(void)
 {
     struct timespec t;
@@ -55,12 +76,10 @@ int main(int argc, char **argv)
     double seconds = now() - start;
     char digest[17];
     zm_cellset_digest(selection.positions, selection.k, selection.n, digest);
-    struct rusage usage;
-    getrusage(RUSAGE_SELF, &usage);
     printf("{\"method\":\"%s\",\"n\":%llu,\"k\":%llu,\"seconds\":%.6f,\"maxRssBytes\":%lld,"
            "\"digest\":\"%s\",\"orderHead\":[%u,%u,%u]}\n",
            argv[1], (unsigned long long)request.n, (unsigned long long)selection.k, seconds,
-           (long long)usage.ru_maxrss * 1024, digest, selection.k > 0 ? selection.order[0] : 0,
+           peak_rss_bytes(), digest, selection.k > 0 ? selection.order[0] : 0,
            selection.k > 1 ? selection.order[1] : 0, selection.k > 2 ? selection.order[2] : 0);
     zm_selection_free(&selection);
     return 0;

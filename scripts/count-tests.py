@@ -23,9 +23,10 @@ def count(build_dir):
     for line in lines:
         entry = json.loads(line)
         result = entry.get("result")
-        results = [TAP_LINE.match(l) for l in (entry.get("stdo") or "").splitlines()]
+        output = entry.get("stdout") or entry.get("stdo") or ""
+        results = [TAP_LINE.match(l) for l in output.splitlines()]
         results = [r for r in results if r]
-        if entry.get("protocol", "").lower() == "tap" and results:
+        if results:
             for r in results:
                 if r.group(1) == "ok":
                     if re.search(r"#\s*skip", r.group(2), re.I):

@@ -45,10 +45,7 @@ static uint64_t next_random(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-static uint64_t random_below(uint64_t *state, uint64_t bound)
-{
-    return next_random(state) % bound;
-}
+static uint64_t random_below(uint64_t *state, uint64_t bound) { return next_random(state) % bound; }
 
 /* A random finite double from random bits: every binade, subnormals, both signs. */
 static double random_finite(uint64_t *state)
@@ -72,8 +69,9 @@ static uint64_t size_of_text(const char *text, zm_share_kind kind, uint64_t n)
     zm_err err = {0};
     uint64_t k = 12345;
     int rc = zm_size_from_text(text, kind, n, &k, &err);
-    cr_assert_eq(rc, 0, "%s \"%s\" of %llu refused: %s", kind == ZM_SHARE_PERCENT ? "percent" : "share",
-                 text, (unsigned long long)n, err.reason);
+    cr_assert_eq(rc, 0, "%s \"%s\" of %llu refused: %s",
+                 kind == ZM_SHARE_PERCENT ? "percent" : "share", text, (unsigned long long)n,
+                 err.reason);
     return k;
 }
 
@@ -98,11 +96,14 @@ static double decimal_to_double(const char *text)
 
 static void assert_same_double(double got, double want, const char *text)
 {
-    cr_assert_eq(bits_of(got), bits_of(want), "\"%.120s\": got %a, want %a (strlen %zu)", text,
-                 got, want, strlen(text));
+    cr_assert_eq(bits_of(got), bits_of(want), "\"%.120s\": got %a, want %a (strlen %zu)", text, got,
+                 want, strlen(text));
 }
-
-/* Python 3.11 repr(x) for x given by its bits. */
+/* Python 3.11 repr(x) for x given by its bits: special values and their
+ * neighbours, random bit patterns, short "human" decimals at many scales,
+ * subnormals, and doubles whose exact value has 18 significant digits ending
+ * in 5 (a tie between two 17-digit texts). Generated once with
+ * /usr/bin/python3 (struct, math.nextafter, repr). */
 static const struct repr_case {
     uint64_t bits;
     const char *repr;
@@ -1792,8 +1793,8 @@ static void random_big(uint64_t *state, size_t len, zm__big *a)
 
 Test(bignum, u64_round_trip_bit_length_and_compare)
 {
-    static const uint64_t values[] = {0, 1, 2, 3, 0xffffffffull, 0x100000000ull, 0x123456789abcdefull,
-                                      UINT64_MAX};
+    static const uint64_t values[] = {
+        0, 1, 2, 3, 0xffffffffull, 0x100000000ull, 0x123456789abcdefull, UINT64_MAX};
     for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
         zm__big a;
         zm__big_set_u64(&a, values[i]);
@@ -2132,18 +2133,38 @@ Test(shortest, no_longer_than_glibc_search)
 Test(to_binary64, grammar)
 {
     static const char *const good[] = {
-        "0", "1", "+1", "-1", "1.", ".5", "-.5", "+.5e1", "0.35", "00012.5000", "1e5", "1E5",
-        "1e+05", "1e-05", "1.5E-3", "-0", "-0.0", "+0e0", "0e999999999999999999999", "123456789012345678901234567890",
-        "1.7976931348623157e308", "5e-324",
+        "0",
+        "1",
+        "+1",
+        "-1",
+        "1.",
+        ".5",
+        "-.5",
+        "+.5e1",
+        "0.35",
+        "00012.5000",
+        "1e5",
+        "1E5",
+        "1e+05",
+        "1e-05",
+        "1.5E-3",
+        "-0",
+        "-0.0",
+        "+0e0",
+        "0e999999999999999999999",
+        "123456789012345678901234567890",
+        "1.7976931348623157e308",
+        "5e-324",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
         assert_same_double(decimal_to_double(good[i]), strtod(good[i], NULL), good[i]);
 
     static const char *const bad[] = {
-        "", "+", "-", ".", "+.", "-.e1", "e5", "E5", "1e", "1e+", "1e-", "1.2.3", "..1", "1..",
-        " 1", "1 ", "\t1", "1\n", "0x10", "0x1p3", "inf", "-inf", "infinity", "nan", "NaN",
-        "1e5.5", "1,5", "--1", "+-1", "-+1", "1f", "1d", "1_000", "1e1e1", "1e 5", "e", ".e",
-        "\xd9\xa1", "1\xc2\xa0", "١",
+        "",      "+",     "-",    ".",     "+.",  "-.e1",     "e5",        "E5",
+        "1e",    "1e+",   "1e-",  "1.2.3", "..1", "1..",      " 1",        "1 ",
+        "\t1",   "1\n",   "0x10", "0x1p3", "inf", "-inf",     "infinity",  "nan",
+        "NaN",   "1e5.5", "1,5",  "--1",   "+-1", "-+1",      "1f",        "1d",
+        "1_000", "1e1e1", "1e 5", "e",     ".e",  "\xd9\xa1", "1\xc2\xa0", "١",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         zm_err err = {0};
@@ -2325,7 +2346,8 @@ static void decrement_digits(char *digits, size_t n)
 
 Test(to_binary64, halfway_cases)
 {
-    cr_assert_geq(LDBL_MANT_DIG, 64, "needs a long double that holds a midpoint exactly");
+    if (LDBL_MANT_DIG < 64)
+        cr_skip_test("needs a long double that holds a midpoint between doubles exactly");
     /* The exact midpoint between adjacent doubles goes to the even one. A
      * unit more or less in one more digit, a 1 after a thousand zeros or a
      * thousand nines after a unit less decide it; so does ±1 in the last
@@ -2449,17 +2471,16 @@ Test(size, examples)
 
 Test(size, one_written_many_ways)
 {
-    static const char *const fractions[] = {"1",       "1.",     "1.0",    "1.000000", "+1",
-                                            "1e0",     "1E+0",   "0.1e1",  "10e-1",    "100e-2",
-                                            "000001",  ".1e1",   "0.0001e4", "1000000000e-9",
-                                            "1e-0000", "1.0e-0"};
+    static const char *const fractions[] = {
+        "1",     "1.",     "1.0",    "1.000000", "+1",       "1e0",           "1E+0",    "0.1e1",
+        "10e-1", "100e-2", "000001", ".1e1",     "0.0001e4", "1000000000e-9", "1e-0000", "1.0e-0"};
     for (size_t i = 0; i < sizeof fractions / sizeof fractions[0]; i++) {
-        cr_assert_eq(size_of_text(fractions[i], ZM_SHARE_FRACTION, 4294967295u), 4294967295u,
-                     "%s", fractions[i]);
+        cr_assert_eq(size_of_text(fractions[i], ZM_SHARE_FRACTION, 4294967295u), 4294967295u, "%s",
+                     fractions[i]);
         cr_assert_eq(size_of_text(fractions[i], ZM_SHARE_FRACTION, UINT64_MAX), UINT64_MAX);
     }
-    static const char *const percents[] = {"100", "100.", "100.000", "1e2", "0.1e3", "10000e-2",
-                                           "+100"};
+    static const char *const percents[] = {"100",   "100.",     "100.000", "1e2",
+                                           "0.1e3", "10000e-2", "+100"};
     for (size_t i = 0; i < sizeof percents / sizeof percents[0]; i++)
         cr_assert_eq(size_of_text(percents[i], ZM_SHARE_PERCENT, 12345), 12345, "%s", percents[i]);
 }
@@ -2489,13 +2510,14 @@ Test(size, tiny_shares_and_huge_exponents)
     cr_assert_eq(size_of_text("1.05e-18", ZM_SHARE_FRACTION, 10000000000000000000ull), 11);
     cr_assert_eq(size_of_text("2.5e-17", ZM_SHARE_PERCENT, 10000000000000000000ull), 3);
     /* A share above 1 is refused however large its exponent. */
-    static const char *const above[] = {"1e999999999", "0.5e99999999999999999999999",
-                                        "1e1", "0.00000000000000000000001e24", "1.0000000000000000000000001"};
+    static const char *const above[] = {"1e999999999", "0.5e99999999999999999999999", "1e1",
+                                        "0.00000000000000000000001e24",
+                                        "1.0000000000000000000000001"};
     for (size_t i = 0; i < sizeof above / sizeof above[0]; i++) {
         zm_err err = {0};
         uint64_t k = 99;
-        cr_assert_eq(zm_size_from_text(above[i], ZM_SHARE_FRACTION, 100, &k, &err), -EINVAL,
-                     "%s", above[i]);
+        cr_assert_eq(zm_size_from_text(above[i], ZM_SHARE_FRACTION, 100, &k, &err), -EINVAL, "%s",
+                     above[i]);
         cr_assert(strstr(err.reason, "is outside (0, 1]") != NULL, "%s", err.reason);
         cr_assert_eq(k, 99, "k untouched on refusal");
     }
@@ -2513,7 +2535,7 @@ Test(size, long_texts)
     memset(text + 4, '0', 996);
     cr_assert_eq(strlen(text), 1000);
     cr_assert_eq(size_of_text(text, ZM_SHARE_FRACTION, 6), 2); /* 1.5 → 2 */
-    text[999] = '1';                                            /* just above: still 2 */
+    text[999] = '1';                                           /* just above: still 2 */
     cr_assert_eq(size_of_text(text, ZM_SHARE_FRACTION, 6), 2);
     text[3] = '4';
     memset(text + 4, '9', 996); /* 0.2499…9: 1.4999… → 1 */
@@ -2524,9 +2546,22 @@ Test(size, long_texts)
     /* 998 significant digits of a share that needs all of them. */
     text[2] = '3';
     memset(text + 3, '3', 997);
-    cr_assert_eq(size_of_text(text, ZM_SHARE_FRACTION, 3), 1);              /* 0.999… +0.5 */
-    cr_assert_eq(size_of_text(text, ZM_SHARE_FRACTION, 9), 3);              /* 2.999… */
+    cr_assert_eq(size_of_text(text, ZM_SHARE_FRACTION, 3), 1); /* 0.999… +0.5 */
+    cr_assert_eq(size_of_text(text, ZM_SHARE_FRACTION, 9), 3); /* 2.999… */
     cr_assert_eq(size_of_text(text, ZM_SHARE_FRACTION, UINT64_MAX), 6148914691236517205ull);
+
+    /* The largest numbers a size builds: 994 significant digits at the
+     * smallest share computed exactly (leading digit at 10^-40), so Q =
+     * 10^1033; one place lower is below the threshold and k = 1 outright. */
+    static char wide[1001];
+    memset(wide, '9', 994);
+    strcpy(wide + 994, "e-1033");
+    cr_assert_eq(strlen(wide), 1000);
+    cr_assert_eq(size_of_text(wide, ZM_SHARE_FRACTION, UINT64_MAX), 1);
+    strcpy(wide + 994, "e-1031");
+    cr_assert_eq(size_of_text(wide, ZM_SHARE_PERCENT, UINT64_MAX), 1);
+    strcpy(wide + 994, "e-1034");
+    cr_assert_eq(size_of_text(wide, ZM_SHARE_FRACTION, UINT64_MAX), 1);
 
     /* One more character is refused, with the reason. */
     text[1000] = '3';
@@ -2630,8 +2665,9 @@ Test(size, refusals_with_reasons)
         uint64_t k = 99;
         /* Refused whatever n, including n = 0. */
         for (int n = 0; n < 2; n++) {
-            cr_assert_eq(zm_size_from_text(cases[i].text, cases[i].kind, (uint64_t)n * 1000, &k, &err),
-                         -EINVAL, "\"%s\" accepted", cases[i].text);
+            cr_assert_eq(
+                zm_size_from_text(cases[i].text, cases[i].kind, (uint64_t)n * 1000, &k, &err),
+                -EINVAL, "\"%s\" accepted", cases[i].text);
             cr_assert_eq(err.code, -EINVAL);
             cr_assert_str_eq(err.reason, cases[i].reason);
             cr_assert_eq(k, 99);
@@ -2642,7 +2678,8 @@ Test(size, refusals_with_reasons)
     cr_assert_eq(zm_size_from_text(NULL, ZM_SHARE_FRACTION, 10, &k, &err), -EINVAL);
     cr_assert_str_eq(err.reason, "share text is missing");
     cr_assert_eq(zm_size_from_text("0.5", (zm_share_kind)7, 10, &k, &err), -EINVAL);
-    cr_assert_eq(zm_size_from_text("2", ZM_SHARE_FRACTION, 10, &k, NULL), -EINVAL, "err may be NULL");
+    cr_assert_eq(zm_size_from_text("2", ZM_SHARE_FRACTION, 10, &k, NULL), -EINVAL,
+                 "err may be NULL");
 }
 
 Test(size, binary64_shares)
@@ -2681,7 +2718,8 @@ Test(size, binary64_shares)
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         zm_err err = {0};
         uint64_t k = 99;
-        cr_assert_eq(zm_size_from_binary64(refused[i].share, refused[i].kind, 10, &k, &err), -EINVAL);
+        cr_assert_eq(zm_size_from_binary64(refused[i].share, refused[i].kind, 10, &k, &err),
+                     -EINVAL);
         cr_assert_str_eq(err.reason, refused[i].reason);
         cr_assert_eq(k, 99);
     }
@@ -2738,14 +2776,14 @@ Test(size, spec_trap_sixteen_digit_shares)
     } cases[] = {
         {"0.4099404755859375", 0x3fda3c76f9fcb0c0ull, 512000000u, 209889524u, 0x3fda3c76f9fcb0bfull,
          "0.40994047558593744"},
-        {"0.1910397330078125", 0x3fc873fd6ec0a7fbull, 2560000000u, 489061717u, 0x3fc873fd6ec0a7faull,
-         "0.19103973300781246"},
-        {"0.02821069677734375", 0x3f9ce343d03968d7ull, 1024000000u, 28887754u, 0x3f9ce343d03968d6ull,
-         "0.028210696777343745"},
+        {"0.1910397330078125", 0x3fc873fd6ec0a7fbull, 2560000000u, 489061717u,
+         0x3fc873fd6ec0a7faull, "0.19103973300781246"},
+        {"0.02821069677734375", 0x3f9ce343d03968d7ull, 1024000000u, 28887754u,
+         0x3f9ce343d03968d6ull, "0.028210696777343745"},
         {"0.2237969580078125", 0x3fcca560f3cb3e57ull, 102400000u, 22916809u, 0x3fcca560f3cb3e56ull,
          "0.22379695800781246"},
-        {"0.01844263818359375", 0x3f92e2a07f66e86cull, 1024000000u, 18885262u, 0x3f92e2a07f66e86bull,
-         "0.018442638183593745"},
+        {"0.01844263818359375", 0x3f92e2a07f66e86cull, 1024000000u, 18885262u,
+         0x3f92e2a07f66e86bull, "0.018442638183593745"},
         {"0.3886712646484375", 0x3fd8dffd70a3d70aull, 819200u, 318400u, 0x3fd8dffd70a3d709ull,
          "0.38867126464843743"},
         {"0.2004608154296875", 0x3fc9a8b333333333ull, 163840u, 32844u, 0x3fc9a8b333333332ull,
@@ -2768,8 +2806,8 @@ Test(size, spec_trap_sixteen_digit_shares)
          * x = M · 2^E, 2n·M < (2k − 1) · 2^−E, in 128-bit integers. */
         uint64_t m = (cases[i].bits & ((1ull << 52) - 1)) | (1ull << 52);
         int e = (int)((cases[i].bits >> 52) & 0x7ff) - 1075;
-        cr_assert_lt((unsigned __int128)2 * cases[i].n * m,
-                     (unsigned __int128)(2 * cases[i].k - 1) << -e);
+        cr_assert_lt((unsigned __int128)2 * cases[i].n * m, (unsigned __int128)(2 * cases[i].k - 1)
+                                                                << -e);
 
         double off = double_of(cases[i].off_bits);
         cr_assert_gt(zm_shortest_decimal(off, buf, sizeof buf), 0);
@@ -2782,8 +2820,8 @@ Test(size, spec_trap_sixteen_digit_shares)
 Test(size, constant_time_in_n)
 {
     /* A few bignum operations on the text's digits, whatever n is. */
-    static const char *const shares[] = {"0.35", "5.960464477539063e-08", "0.123456789012345678901234567890",
-                                         "1"};
+    static const char *const shares[] = {"0.35", "5.960464477539063e-08",
+                                         "0.123456789012345678901234567890", "1"};
     double start = seconds_now();
     uint64_t sum = 0;
     int count = 0;

@@ -224,12 +224,10 @@ int zm__big_divmod(const zm__big *a, const zm__big *b, zm__big *q, zm__big *r)
     uint32_t v[ZM__BIG_LIMBS];
     uint32_t u[ZM__BIG_LIMBS + 1];
     for (size_t i = n; i-- > 0;)
-        v[i] = (b->limb[i] << shift) |
-               (shift == 0 || i == 0 ? 0 : b->limb[i - 1] >> (32 - shift));
+        v[i] = (b->limb[i] << shift) | (shift == 0 || i == 0 ? 0 : b->limb[i - 1] >> (32 - shift));
     u[m] = shift == 0 ? 0 : a->limb[m - 1] >> (32 - shift);
     for (size_t i = m; i-- > 0;)
-        u[i] = (a->limb[i] << shift) |
-               (shift == 0 || i == 0 ? 0 : a->limb[i - 1] >> (32 - shift));
+        u[i] = (a->limb[i] << shift) | (shift == 0 || i == 0 ? 0 : a->limb[i - 1] >> (32 - shift));
 
     zm__big quotient = {0};
     quotient.len = m - n + 1;

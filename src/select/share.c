@@ -22,9 +22,9 @@
  * so n·share + 1/2 < 1 and the formula gives k = 1: no bignum needed. */
 #define ZM__SHARE_NEGLIGIBLE_LEADING (-40)
 
-/* Exponent digits past this magnitude cannot change a result (a value with
- * at most 2^48 digits and a larger exponent is far outside every range this
- * file handles), so parsing stops growing the exponent there and int64_t
+/* Exponent digits past this magnitude cannot change a result (a text shorter
+ * than 10^15 characters with a larger exponent is far outside every range
+ * this file handles), so parsing stops growing the exponent there and int64_t
  * arithmetic on it cannot overflow. */
 #define ZM__EXPONENT_CLAMP 1000000000000000LL /* 10^15 */
 
@@ -40,11 +40,11 @@
  * last non-zero one, the point skipped). */
 typedef struct zm__decimal {
     bool negative;
-    const char *first;   /* the first significant digit, NULL for zero */
-    const char *end;     /* one past the mantissa's last character */
-    uint64_t digits;     /* significant digits, 0 for zero */
-    int64_t exponent;    /* of D's last digit */
-    int64_t leading;     /* of D's first digit: 10^leading ≤ |value| < 10^(leading+1) */
+    const char *first; /* the first significant digit, NULL for zero */
+    const char *end;   /* one past the mantissa's last character */
+    uint64_t digits;   /* significant digits, 0 for zero */
+    int64_t exponent;  /* of D's last digit */
+    int64_t leading;   /* of D's first digit: 10^leading ≤ |value| < 10^(leading+1) */
 } zm__decimal;
 
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -250,19 +250,18 @@ static int size_from_text(const char *text, zm_share_kind kind, uint64_t n, uint
     return 0;
 }
 
-int zm_size_from_text(const char *text, zm_share_kind kind, uint64_t n, uint64_t *k,
-                      zm_err *err)
+int zm_size_from_text(const char *text, zm_share_kind kind, uint64_t n, uint64_t *k, zm_err *err)
 {
     return size_from_text(text, kind, n, k, true, err);
 }
 
-int zm_size_from_binary64(double share, zm_share_kind kind, uint64_t n, uint64_t *k,
-                          zm_err *err)
+int zm_size_from_binary64(double share, zm_share_kind kind, uint64_t n, uint64_t *k, zm_err *err)
 {
     char text[32];
-    if (zm_shortest_decimal(share, text, sizeof text) < 0)
-        return zm_err_set(err, -EINVAL, "%s is not a finite number (%s)", kind_name(kind),
-                          share != share ? "NaN" : share > 0 ? "Infinity" : "-Infinity");
+    if (zm_shortest_decimal(share, text, sizeof text) < 0) {
+        const char *value = share > 0 ? "Infinity" : share < 0 ? "-Infinity" : "NaN";
+        return zm_err_set(err, -EINVAL, "%s is not a finite number (%s)", kind_name(kind), value);
+    }
     return size_from_text(text, kind, n, k, false, err);
 }
 
