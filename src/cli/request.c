@@ -10,8 +10,27 @@
 
 static const char *const known_keys[] = {
     "method", "n", "seed", "k", "share", "percent", "blockSize", "codes", "values",
-    "allocation", "minimum", "coords", "gridSize", "summary", "sizeOnly",
+    "allocation", "minimum", "coords", "columns", "gridSize", "summary", "sizeOnly",
 };
+
+/* A JSON integer, or a real with an integral value (5.0, 1e3: what a writer
+ * holding numbers as doubles prints), as an int64. */
+static int integral_value(const json_t *v, int64_t *out)
+{
+    if (json_is_integer(v)) {
+        *out = json_integer_value(v);
+        return 1;
+    }
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        /* [-2^63, 2^63) holds every int64 a double can name. */
+        if (d == floor(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0) {
+            *out = (int64_t)d;
+            return 1;
+        }
+    }
+    return 0;
+}
 
 /* An integer member in [low, high]; absent leaves *value as it is. */
 static int read_integer(const json_t *root, const char *key, int64_t low, uint64_t high,
@@ -22,12 +41,12 @@ static int read_integer(const json_t *root, const char *key, int64_t low, uint64
         *present = member != NULL;
     if (member == NULL)
         return 0;
-    if (!json_is_integer(member))
+    int64_t v;
+    if (!integral_value(member, &v))
         return zm_err_set(err, -EINVAL, "\"%s\" must be an integer", key);
-    json_int_t v = json_integer_value(member);
     if (v < low || (v >= 0 && (uint64_t)v > high))
-        return zm_err_set(err, -EINVAL, "\"%s\" = %" JSON_INTEGER_FORMAT " is outside [%" PRId64
-                          ", %" PRIu64 "]", key, v, low, high);
+        return zm_err_set(err, -EINVAL, "\"%s\" = %" PRId64 " is outside [%" PRId64 ", %" PRIu64 "]",
+                          key, v, low, high);
     *value = (uint64_t)v;
     return 0;
 }
@@ -69,16 +88,20 @@ static int read_codes(const json_t *array, zm_select_command *command, zm_err *e
         return zm_err_set(err, -ENOMEM, "out of memory reading %zu codes", length);
     for (size_t i = 0; i < length; i++) {
         json_t *v = json_array_get(array, i);
+        int64_t code;
+        /* Missing: null, NaN (codes held as floats), or any negative code. */
         if (json_is_null(v) || (json_is_string(v) && strcmp(json_string_value(v), "NaN") == 0)) {
             command->codes[i] = -1;
-        } else if (json_is_integer(v)) {
-            json_int_t code = json_integer_value(v);
+        } else if (integral_value(v, &code)) {
             if (code > INT32_MAX)
-                return zm_err_set(err, -EINVAL, "codes[%zu] = %" JSON_INTEGER_FORMAT
+                return zm_err_set(err, -EINVAL, "codes[%zu] = %" PRId64
                                   " is past the largest category code (2^31 - 1)", i, code);
             command->codes[i] = code < 0 ? -1 : (int32_t)code;
+        } else if (json_is_real(v) && json_real_value(v) < 0) {
+            command->codes[i] = -1;
         } else {
-            return zm_err_set(err, -EINVAL, "codes[%zu] is not an integer or null", i);
+            return zm_err_set(err, -EINVAL,
+                              "codes[%zu] is not an integer code or a missing value (null, NaN, negative)", i);
         }
     }
     command->request.codes = command->codes;
@@ -137,36 +160,68 @@ static int read_coordinate(const json_t *v, double *out)
     return 0;
 }
 
-static int read_coords(const json_t *array, zm_select_command *command, zm_err *err)
+/* "columns": which 1 to 3 columns of each coords row place the cells; without
+ * it, each row holds exactly the 1 to 3 coordinates to use. */
+static int read_columns(const json_t *root, size_t width, size_t columns[3], size_t *dims,
+                        zm_err *err)
+{
+    json_t *list = json_object_get(root, "columns");
+    if (list == NULL) {
+        if (width < 1 || width > 3)
+            return zm_err_set(err, -EINVAL,
+                              "spatial takes 1 to 3 coordinate columns, coords[0] has %zu "
+                              "(choose some with \"columns\")", width);
+        *dims = width;
+        for (size_t a = 0; a < width; a++)
+            columns[a] = a;
+        return 0;
+    }
+    if (!json_is_array(list) || json_array_size(list) < 1 || json_array_size(list) > 3)
+        return zm_err_set(err, -EINVAL, "\"columns\" must list 1 to 3 column numbers");
+    *dims = json_array_size(list);
+    for (size_t a = 0; a < *dims; a++) {
+        int64_t c;
+        if (!integral_value(json_array_get(list, a), &c) || c < 0)
+            return zm_err_set(err, -EINVAL,
+                              "columns[%zu] is refused: a spatial column is a non-negative integer", a);
+        if ((uint64_t)c >= width)
+            return zm_err_set(err, -EINVAL, "spatial column %" PRId64 " is past the %zu columns of coords",
+                              c, width);
+        columns[a] = (size_t)c;
+    }
+    return 0;
+}
+
+static int read_coords(const json_t *root, const json_t *array, zm_select_command *command,
+                       zm_err *err)
 {
     size_t length = json_array_size(array);
-    size_t dims = 0;
+    size_t width = 1; /* no cell: the grid is still checked, as for one column */
     if (length > 0) {
         json_t *first = json_array_get(array, 0);
         if (!json_is_array(first))
             return zm_err_set(err, -EINVAL, "coords[0] is not an array of coordinates");
-        dims = json_array_size(first);
-    } else {
-        /* No cell: the grid is still checked, as for one column. */
-        dims = 1;
+        width = json_array_size(first);
     }
-    if (dims < 1 || dims > 3)
-        return zm_err_set(err, -EINVAL,
-                          "spatial takes 1 to 3 coordinate columns, coords[0] has %zu", dims);
+    size_t columns[3] = {0, 0, 0}, dims = 0;
+    int rc = read_columns(root, width, columns, &dims, err);
+    if (rc != 0)
+        return rc;
     command->request.dims = (unsigned)dims;
     command->coords = malloc((length ? length : 1) * dims * sizeof *command->coords);
     if (command->coords == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory reading %zu coordinates", length);
     for (size_t i = 0; i < length; i++) {
         json_t *row = json_array_get(array, i);
-        if (!json_is_array(row) || json_array_size(row) != dims)
+        if (!json_is_array(row) || json_array_size(row) != width)
             return zm_err_set(err, -EINVAL, "coords[%zu] is not an array of %zu coordinates", i,
-                              dims);
+                              width);
         for (size_t a = 0; a < dims; a++)
-            if (read_coordinate(json_array_get(row, a), &command->coords[i * dims + a]) != 0)
+            if (read_coordinate(json_array_get(row, columns[a]),
+                                &command->coords[i * dims + a]) != 0)
                 return zm_err_set(err, -EINVAL,
                                   "coords[%zu][%zu] is not a number, null, \"NaN\", \"Infinity\" "
-                                  "or \"-Infinity\"", i, a);
+                                  "or \"-Infinity\"", i, columns[a]);
     }
     command->request.coords = command->coords;
     return 0;
@@ -184,13 +239,13 @@ static int read_size(const json_t *root, zm_select_command *command, zm_err *err
                                                    : "give only one of \"k\", \"share\", \"percent\"");
     uint64_t n = command->request.n;
     if (k != NULL) {
-        if (!json_is_integer(k))
+        int64_t v;
+        if (!integral_value(k, &v))
             return zm_err_set(err, -EINVAL, "\"k\" must be an integer");
-        json_int_t v = json_integer_value(k);
         if (v == 0)
             return zm_err_set(err, -EINVAL, "k = 0 is refused: a subsample keeps at least one cell");
         if (v < 0)
-            return zm_err_set(err, -EINVAL, "k = %" JSON_INTEGER_FORMAT " is refused: k counts cells", v);
+            return zm_err_set(err, -EINVAL, "k = %" PRId64 " is refused: k counts cells", v);
         command->request.k = (uint64_t)v;
         return 0;
     }
@@ -257,7 +312,7 @@ int zm_select_command_parse(const json_t *root, zm_select_command *command, zm_e
         {"blockSize", ZM_METHOD_BLOCKS},      {"codes", ZM_METHOD_STRATIFIED},
         {"values", ZM_METHOD_STRATIFIED},     {"allocation", ZM_METHOD_STRATIFIED},
         {"minimum", ZM_METHOD_STRATIFIED},    {"coords", ZM_METHOD_SPATIAL},
-        {"gridSize", ZM_METHOD_SPATIAL},
+        {"gridSize", ZM_METHOD_SPATIAL},     {"columns", ZM_METHOD_SPATIAL},
     };
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
         if (json_object_get(root, owned[i].key) && owned[i].method != m)
@@ -310,7 +365,7 @@ int zm_select_command_parse(const json_t *root, zm_select_command *command, zm_e
             if (!json_is_array(coords))
                 return zm_err_set(err, -EINVAL, "\"coords\" must be an array");
             if ((rc = settle_n(command, &n_given, json_array_size(coords), "coords", err)) ||
-                (rc = read_coords(coords, command, err)))
+                (rc = read_coords(root, coords, command, err)))
                 return rc;
         } else {
             command->request.dims = 1;

@@ -85,10 +85,81 @@ static void write_error(FILE *out, const char *reason)
     json_decref(object);
 }
 
+/* Reads all of in; NULL when memory runs out. */
+static char *read_all(FILE *in, size_t *length)
+{
+    size_t capacity = 1 << 16, used = 0;
+    char *text = malloc(capacity);
+    while (text != NULL) {
+        used += fread(text + used, 1, capacity - used, in);
+        if (used < capacity)
+            break;
+        char *grown = realloc(text, capacity * 2);
+        if (grown == NULL)
+            free(text);
+        text = grown;
+        capacity *= 2;
+    }
+    *length = used;
+    return text;
+}
+
+/* Python's json module writes non-finite floats as the bare tokens NaN,
+ * Infinity and -Infinity, which JSON does not have; a request written that
+ * way means the strings the contract names, so quote them. Outside strings
+ * nothing else in JSON starts with N, I or -I. */
+static char *quote_non_finite(const char *text, size_t length, size_t *out_length)
+{
+    static const char *const tokens[] = {"NaN", "Infinity", "-Infinity"};
+    char *out = malloc(length / 3 * 5 + 16);
+    if (out == NULL)
+        return NULL;
+    size_t o = 0;
+    int in_string = 0;
+    for (size_t i = 0; i < length; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\' && i + 1 < length)
+                out[o++] = text[i++];
+            else if (c == '"')
+                in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else {
+            int quoted = 0;
+            for (size_t t = 0; t < 3 && !quoted; t++) {
+                size_t n = strlen(tokens[t]);
+                if (length - i >= n && memcmp(text + i, tokens[t], n) == 0) {
+                    out[o++] = '"';
+                    memcpy(out + o, tokens[t], n);
+                    o += n;
+                    out[o++] = '"';
+                    i += n - 1;
+                    quoted = 1;
+                }
+            }
+            if (quoted)
+                continue;
+        }
+        out[o++] = text[i];
+    }
+    *out_length = o;
+    return out;
+}
+
 int zm_select_main(FILE *in, FILE *out)
 {
     json_error_t parse_error;
-    json_t *root = json_loadf(in, JSON_REJECT_DUPLICATES, &parse_error);
+    size_t raw_length = 0, length = 0;
+    char *raw = read_all(in, &raw_length);
+    char *text = raw ? quote_non_finite(raw, raw_length, &length) : NULL;
+    free(raw);
+    if (text == NULL) {
+        write_error(out, "out of memory reading the request");
+        return ZM_EXIT_FAILURE;
+    }
+    json_t *root = json_loadb(text, length, JSON_REJECT_DUPLICATES, &parse_error);
+    free(text);
     if (root == NULL) {
         char reason[ZM_REASON_MAX];
         snprintf(reason, sizeof reason, "the request is not valid JSON: %s (line %d, column %d)",

@@ -83,10 +83,38 @@ def contract():
     expect_refusal("a code that is text", '{"method": "stratified", "codes": [0, "x"], "k": 1}', "codes[1]")
     expect_refusal("a coordinate that is text", '{"method": "spatial", "coords": [[0], ["x"]], "k": 1}', "coords[1]")
     expect_refusal("ragged coordinates", '{"method": "spatial", "coords": [[0, 1], [2]], "k": 1}', "coords[1]")
-    expect_refusal("four columns", '{"method": "spatial", "coords": [[0, 1, 2, 3]], "k": 1}', "1 to 3")
+    expect_refusal("four columns without a choice", '{"method": "spatial", "coords": [[0, 1, 2, 3]], "k": 1}', "1 to 3")
     expect_refusal("duplicate key", '{"method": "uniform", "n": 10, "k": 2, "k": 3}', "not valid JSON")
     expect_refusal("minimum that does not fit",
                    '{"method": "stratified", "codes": [0, 1, 2, 0, 1, 2], "k": 2, "minimum": 1}', "minimum")
+
+    # What Python's json writes for numbers held as floats: bare NaN and
+    # Infinity tokens, integral reals. They mean what the contract's forms do.
+    nan, inf = float("nan"), float("inf")
+    code_a, out_a, _ = run(json.dumps({"method": "spatial", "k": 3, "seed": 2,
+                                       "coords": [[0.0, 1.0], [nan, 2.0], [3.0, -inf], [4.0, 5.0], [1.5, 0.5]]}))
+    code_b, out_b, _ = run('{"method": "spatial", "k": 3, "seed": 2, "coords": [[0, 1], ["NaN", 2], '
+                           '[3, "-Infinity"], [4, 5], [1.5, 0.5]]}')
+    check("bare NaN/Infinity tokens read as the contract's strings",
+          code_a == 0 and out_a == out_b)
+    code_a, out_a, _ = run(json.dumps({"method": "stratified", "k": 4, "codes": [0.0, 1.0, nan, 2.0, 1.0, 0.0, -1.0]}))
+    code_b, out_b, _ = run('{"method": "stratified", "k": 4, "codes": [0, 1, null, 2, 1, 0, -1]}')
+    check("codes held as floats (NaN missing)", code_a == 0 and out_a == out_b)
+    code_a, out_a, _ = run('{"method": "uniform", "n": 1000.0, "k": 1e2, "seed": 7.0}')
+    code_b, out_b, _ = run('{"method": "uniform", "n": 1000, "k": 100, "seed": 7}')
+    check("integral reals are integers", code_a == 0 and out_a == out_b)
+    expect_refusal("a fractional code", '{"method": "stratified", "codes": [0, 1.5], "k": 1}', "codes[1]")
+    expect_refusal("a NaN string in the JSON share", '{"method": "uniform", "n": 10, "share": NaN}')
+
+    # columns: pick 1 to 3 columns of wider rows.
+    rows = [[i * 0.5, (i * 7) % 11, -i, i * i] for i in range(40)]
+    code_a, out_a, _ = run(json.dumps({"method": "spatial", "k": 9, "coords": rows, "columns": [3, 1]}))
+    code_b, out_b, _ = run(json.dumps({"method": "spatial", "k": 9, "coords": [[r[3], r[1]] for r in rows]}))
+    check("columns picks coordinates from wider rows", code_a == 0 and out_a == out_b)
+    expect_refusal("a negative spatial column", json.dumps({"method": "spatial", "k": 2, "coords": rows, "columns": [-1]}), "column")
+    expect_refusal("a spatial column that is not an integer", json.dumps({"method": "spatial", "k": 2, "coords": rows, "columns": [0.5]}), "column")
+    expect_refusal("a spatial column past the row", json.dumps({"method": "spatial", "k": 2, "coords": rows, "columns": [4]}), "column")
+    expect_refusal("four columns chosen", json.dumps({"method": "spatial", "k": 2, "coords": rows, "columns": [0, 1, 2, 3]}), "columns")
 
     # summary: heads and tails of at most 20, same digest as the full result.
     full_code, full_out, _ = run('{"method": "uniform", "n": 100000, "k": 1000, "seed": 5}')
