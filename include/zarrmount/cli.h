@@ -37,4 +37,8 @@ int zm_select_command_run(const zm_select_command *command, FILE *out, zm_err *e
  * {"error": reason}) written to out. Returns the exit code. */
 int zm_select_main(FILE *in, FILE *out);
 
+/* `zarrmount inspect FILE [--json]` (argv after "inspect"). Returns the exit
+ * code. */
+int zm_inspect_main(int argc, char **argv, FILE *out);
+
 #endif

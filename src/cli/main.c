@@ -6,6 +6,7 @@
 
 static const char usage[] =
     "Usage: zarrmount select < REQUEST.json\n"
+    "       zarrmount inspect FILE [--json]\n"
     "       zarrmount --version | --help\n"
     "\n"
     "Commands:\n"
@@ -13,6 +14,8 @@ static const char usage[] =
     "            write the kept cells as JSON on stdout (see zarrmount(1) and\n"
     "            docs/select-contract.md); a refused request prints\n"
     "            {\"error\": reason} and exits 2\n"
+    "  inspect   print the elements an .h5ad, loom or 10x .h5 file holds, how each\n"
+    "            array is stored and read, and the default block size B0\n"
     "\n"
     "Mounting a source (zarrmount SOURCE MOUNTPOINT) is not built yet.\n";
 
@@ -29,6 +32,8 @@ int main(int argc, char **argv)
         setvbuf(stdout, buffer, _IOFBF, sizeof buffer);
         return zm_select_main(stdin, stdout);
     }
+    if (argc >= 2 && strcmp(argv[1], "inspect") == 0)
+        return zm_inspect_main(argc - 2, argv + 2, stdout);
     if (argc == 2 && strcmp(argv[1], "--version") == 0) {
         printf("zarrmount %s (subsampling spec version %d)\n", ZM_VERSION, 1);
         return ZM_EXIT_OK;

@@ -1,0 +1,255 @@
+/* zarrmount source: HDF5 single-cell files read into one element model.
+ *
+ * A source is an AnnData .h5ad (every anndata encoding, including the pre-0.7
+ * ones real files still use), a loom file, or a 10x Genomics Cell Ranger .h5
+ * (v2 and v3). Whatever the format, it is described as the tree anndata
+ * would present: X, layers, obs, var, obsm, varm, obsp, varp, raw, uns, with
+ * cells along the first axis. Layers above this one never call HDF5.
+ *
+ * Reads: HDF5 says where the bytes are; chunks are pread and their filters
+ * decoded on our own threads, outside HDF5's global lock, each chunk a
+ * request needs decoded once and kept in a bounded cache. Datasets whose
+ * bytes we cannot decode ourselves (another filter, variable-length strings,
+ * compound members) are read through H5Dread: correct, slower; inspect says
+ * which path each array takes.
+ *
+ * Thread safety: a zm_source may be read from many threads at once.
+ */
+#ifndef ZARRMOUNT_SOURCE_H
+#define ZARRMOUNT_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "zarrmount/error.h"
+
+#define ZM_MAX_RANK 8
+
+typedef struct zm_source zm_source;
+typedef struct zm_array zm_array;
+
+/* ---- Values ---------------------------------------------------------------- */
+
+typedef enum zm_type_class {
+    ZM_TYPE_INT,
+    ZM_TYPE_UINT,
+    ZM_TYPE_FLOAT,
+    ZM_TYPE_BOOL,   /* one byte, 0 or 1 */
+    ZM_TYPE_STRING, /* UTF-8 text, read with zm_array_read_strings */
+} zm_type_class;
+
+/* The type of an array's values as reads return them: native (little-endian)
+ * byte order, whatever the file stores. */
+typedef struct zm_dtype {
+    zm_type_class type_class;
+    unsigned size; /* bytes per value (strings: 0) */
+} zm_dtype;
+
+/* numpy's name for a dtype ("<f4", "|b1", "<i8", "|u1"; strings "str"). */
+const char *zm_dtype_name(zm_dtype dtype);
+
+/* ---- Storage ----------------------------------------------------------------- */
+
+typedef enum zm_layout {
+    ZM_LAYOUT_CONTIGUOUS,
+    ZM_LAYOUT_CHUNKED,
+    ZM_LAYOUT_COMPACT,
+    ZM_LAYOUT_FIELD,     /* a member of a compound dataset (legacy dataframes) */
+    ZM_LAYOUT_ATTRIBUTE, /* values held in an HDF5 attribute */
+    ZM_LAYOUT_VIRTUAL,   /* values made by the reader (e.g. a range index) */
+} zm_layout;
+
+typedef enum zm_data_path {
+    ZM_PATH_DIRECT, /* pread + our own decoders, in parallel */
+    ZM_PATH_HDF5,   /* H5Dread under HDF5's lock */
+    ZM_PATH_MEMORY, /* held in memory since the file was opened */
+} zm_data_path;
+
+typedef struct zm_filter_info {
+    unsigned id;
+    char name[32];
+    unsigned level; /* compression level when the filter has one, else 0 */
+} zm_filter_info;
+
+/* How and where an array is stored; for inspect and for planning reads. */
+typedef struct zm_array_info {
+    const char *file_path;  /* the HDF5 object ("/obs/louvain/codes", "/obs#n_genes") */
+    zm_dtype dtype;
+    unsigned rank;
+    uint64_t shape[ZM_MAX_RANK]; /* as presented (cells first) */
+    int transposed;         /* a 2-d array stored as the transpose of shape (loom) */
+    zm_layout layout;
+    uint64_t chunk_shape[ZM_MAX_RANK]; /* chunked: in storage order */
+    unsigned filter_count;
+    zm_filter_info filters[16];
+    uint64_t storage_bytes; /* bytes the values take in the file */
+    int big_endian;         /* stored big-endian (reads swap) */
+    zm_data_path data_path;
+    const char *path_reason; /* why ZM_PATH_HDF5 or ZM_PATH_MEMORY, else NULL */
+} zm_array_info;
+
+const zm_array_info *zm_array_describe(const zm_array *array);
+
+/* ---- The element model ------------------------------------------------------- */
+
+typedef enum zm_element_kind {
+    ZM_ELEMENT_DICT,         /* named children: the root, uns, layers, obsm, ... */
+    ZM_ELEMENT_ARRAY,        /* dense n-d numeric or bool array */
+    ZM_ELEMENT_STRING_ARRAY, /* n-d array of strings */
+    ZM_ELEMENT_SCALAR,       /* 0-d numeric or string */
+    ZM_ELEMENT_SPARSE,       /* CSR or CSC matrix */
+    ZM_ELEMENT_DATAFRAME,    /* index and columns in order */
+    ZM_ELEMENT_CATEGORICAL,  /* codes, categories, ordered */
+    ZM_ELEMENT_NULLABLE,     /* nullable integer or boolean: values and mask */
+} zm_element_kind;
+
+/* Which axis of the data set a dimension runs along. */
+typedef enum zm_axis {
+    ZM_AXIS_NONE,
+    ZM_AXIS_OBS,     /* cells */
+    ZM_AXIS_VAR,     /* genes */
+    ZM_AXIS_RAW_VAR, /* raw's genes */
+} zm_axis;
+
+typedef enum zm_sparse_format { ZM_SPARSE_CSR, ZM_SPARSE_CSC } zm_sparse_format;
+
+typedef struct zm_element zm_element;
+struct zm_element {
+    char *name;           /* the last path component ("" for the root) */
+    char *path;           /* model path: "X", "obs/louvain", "uns/neighbors/params" */
+    zm_element_kind kind;
+    /* The anndata encoding this element takes when written ("csr_matrix",
+     * "categorical", ...) and its version, as anndata 0.8 writes them. */
+    const char *encoding_type;
+    const char *encoding_version;
+    /* How the file held it, for inspect ("anndata 0.8 categorical", "legacy
+     * compound column with uns categories", "loom col_attrs", ...). */
+    char *stored_as;
+    unsigned rank;
+    uint64_t shape[ZM_MAX_RANK]; /* presented shape; a sparse matrix's is 2-d */
+    zm_axis axes[2];             /* what dimensions 0 and 1 run along */
+
+    zm_array *values;  /* ARRAY, STRING_ARRAY, SCALAR: the values; SPARSE: data;
+                        * CATEGORICAL: the codes; NULLABLE: the values */
+    /* SPARSE */
+    zm_sparse_format sparse_format;
+    zm_array *indices, *indptr;
+    /* NULLABLE */
+    zm_array *mask;    /* one byte per value, 1 = missing */
+    int nullable_boolean;
+    /* CATEGORICAL */
+    zm_element *categories; /* a STRING_ARRAY or ARRAY element */
+    int ordered;
+    /* DATAFRAME: index values (a STRING_ARRAY, or ARRAY) and its name */
+    zm_element *index;
+    char *index_name;
+    /* DICT: children by name (sorted as the file lists them); DATAFRAME: the
+     * columns in column order. */
+    size_t child_count;
+    zm_element **children;
+};
+
+/* ---- Opening ---------------------------------------------------------------------- */
+
+typedef enum zm_source_format {
+    ZM_FORMAT_H5AD,
+    ZM_FORMAT_LOOM,
+    ZM_FORMAT_10X_V3,
+    ZM_FORMAT_10X_V2,
+} zm_source_format;
+
+typedef struct zm_source_options {
+    unsigned threads;            /* decode threads; 0 = one per core */
+    size_t chunk_cache_bytes;    /* decoded chunks kept; 0 = default (256 MiB) */
+} zm_source_options;
+
+/* What a source is on disk, to notice it changing under a mount. */
+typedef struct zm_source_identity {
+    dev_t device;
+    ino_t inode;
+    off_t size;
+    int64_t mtime_ns;
+} zm_source_identity;
+
+/* Opens path and builds its element model. Refuses, with one line naming
+ * what was expected, files that are not HDF5, not one of the formats above,
+ * or whose parts contradict each other (see docs/sources.md). */
+int zm_source_open(const char *path, const zm_source_options *options, zm_source **out,
+                   zm_err *err);
+void zm_source_close(zm_source *source);
+
+zm_source_format zm_source_get_format(const zm_source *source);
+const char *zm_source_format_name(zm_source_format format);
+const zm_source_identity *zm_source_get_identity(const zm_source *source);
+uint64_t zm_source_n_obs(const zm_source *source);
+uint64_t zm_source_n_vars(const zm_source *source);
+const zm_element *zm_source_root(const zm_source *source);
+/* The element at a model path ("obs/louvain"), or NULL. */
+const zm_element *zm_source_find(const zm_source *source, const char *path);
+
+/* Elements of the file the model leaves out, one line each ("PATH: why"). */
+size_t zm_source_skipped(const zm_source *source, const char *const **lines);
+
+/* ---- Reading ------------------------------------------------------------------------- */
+
+/* Bytes of one row (all values after the first index) of a numeric array. */
+uint64_t zm_array_row_bytes(const zm_array *array);
+
+/* Reads rows [start, start + count) along dimension 0 of a numeric or bool
+ * array (whole rows, presented orientation) into out, native byte order. */
+int zm_array_read_rows(zm_source *source, const zm_array *array, uint64_t start, uint64_t count,
+                       void *out, zm_err *err);
+
+/* Reads the given rows (strictly ascending) into out, row after row. Each
+ * chunk holding one of them is read and decoded once. */
+int zm_array_gather_rows(zm_source *source, const zm_array *array, const uint64_t *rows,
+                         size_t count, void *out, zm_err *err);
+
+/* A range [start, end) of values of a 1-d array. */
+typedef struct zm_range {
+    uint64_t start, end;
+} zm_range;
+
+/* Reads ranges (ascending, not overlapping) of a 1-d array one after another
+ * into out: the entries of a sparse matrix's kept rows. */
+int zm_array_gather_ranges(zm_source *source, const zm_array *array, const zm_range *ranges,
+                           size_t count, void *out, zm_err *err);
+
+/* Strings: count items, item i is bytes[offsets[i] .. offsets[i + 1]). */
+typedef struct zm_strings {
+    size_t count;
+    uint64_t *offsets;
+    char *bytes;
+} zm_strings;
+
+/* Reads every value of a string array (rows NULL) or the given rows
+ * (ascending; for an n-d array, every value of each row in C order). */
+int zm_array_read_strings(zm_source *source, const zm_array *array, const uint64_t *rows,
+                          size_t count, zm_strings *out, zm_err *err);
+void zm_strings_free(zm_strings *strings);
+
+/* ---- The default block size B0 (spec: "blocks") ----------------------------------- */
+
+typedef struct zm_block_size {
+    uint64_t block_size;
+    const char *rule;    /* "csr-index-chunks", "dense-chunk-rows", "obsm-chunk-rows",
+                          * "bytes-64KiB", "one" */
+    char element[256];   /* the element it came from */
+    char explanation[256];
+} zm_block_size;
+
+int zm_source_default_block_size(zm_source *source, zm_block_size *out, zm_err *err);
+
+/* ---- Counters ------------------------------------------------------------------------ */
+
+typedef struct zm_source_stats {
+    uint64_t chunks_decoded;      /* source chunks read and decoded */
+    uint64_t bytes_read;          /* bytes pread from the file */
+    uint64_t hdf5_reads;          /* reads that went through H5Dread */
+    uint64_t cache_hits, cache_misses, cache_evictions, cache_bytes;
+} zm_source_stats;
+
+void zm_source_get_stats(zm_source *source, zm_source_stats *stats);
+
+#endif

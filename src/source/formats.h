@@ -1,0 +1,18 @@
+/* Internal to the source module: helpers the format readers share. */
+#ifndef ZARRMOUNT_SOURCE_FORMATS_H
+#define ZARRMOUNT_SOURCE_FORMATS_H
+
+#include "source/source_internal.h"
+
+/* An array, string array or scalar element for a dataset (HDF5 lock held). */
+int zm__array_element(zm_source *source, const char *h5path, const char *field, int transposed,
+                      const char *parent, const char *name, zm_element **out, zm_err *err);
+/* A string array "0", "1", ... of n rows held in memory. */
+int zm__range_index(zm_source *source, const char *label, uint64_t n, zm_element *parent,
+                    const char *name, zm_element **out, zm_err *err);
+/* A whole 1-d numeric array as doubles (as_double) or int64s; *out malloc'd. */
+int zm__read_whole(zm_source *source, zm_array *array, int as_double, void **out, zm_err *err);
+/* Sets what an element's dimensions run along, through dataframes and dicts. */
+void zm__set_axes(zm_element *element, zm_axis first, zm_axis second);
+
+#endif

@@ -1,0 +1,685 @@
+/* AnnData .h5ad: every encoding anndata has written, read into the model.
+ *
+ *  - anndata ≥ 0.8: encoding-type / encoding-version attributes everywhere.
+ *  - anndata 0.7: dataframes as groups (encoding-type dataframe 0.1.0), a
+ *    categorical column as integer codes whose "categories" attribute is an
+ *    object reference to __categories/<column>; no attributes on the root.
+ *  - anndata < 0.7: obs and var as compound datasets, categories in
+ *    uns/<column>_categories, sparse matrices as groups with h5sparse_format
+ *    and h5sparse_shape, raw as raw.X / raw.var / raw.varm, obsm and varm as
+ *    compound datasets with one array member per key.
+ * All HDF5 calls here run with the HDF5 lock held (the whole read is). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "source/formats.h"
+#include "source/source_internal.h"
+
+typedef struct reader {
+    zm_source *source;
+    hid_t file;
+    zm_err *err;
+} reader;
+
+static const char *string_at(const zm_strings *s, size_t i, char *buffer, size_t size)
+{
+    size_t n = s->offsets[i + 1] - s->offsets[i];
+    snprintf(buffer, size, "%.*s", (int)n, s->bytes + s->offsets[i]);
+    return buffer;
+}
+
+static int fail_oom(reader *r, const char *what)
+{
+    return zm_err_set(r->err, -ENOMEM, "out of memory reading %s", what);
+}
+
+/* An array element from a dataset (or a member of a compound dataset). */
+static int dataset_element(reader *r, const char *h5path, const char *field, const char *parent,
+                           const char *name, zm_element **out)
+{
+    *out = NULL;
+    zm_array *array;
+    int rc = zm__array_open(r->source, r->file, h5path, field, 0, &array, r->err);
+    if (rc != 0)
+        return rc;
+    const zm_array_info *info = zm_array_describe(array);
+    int string = info->dtype.type_class == ZM_TYPE_STRING;
+    zm_element_kind kind = info->rank == 0 ? ZM_ELEMENT_SCALAR
+                           : string        ? ZM_ELEMENT_STRING_ARRAY
+                                           : ZM_ELEMENT_ARRAY;
+    zm_element *e = zm__element_new(kind, parent, name);
+    if (e == NULL)
+        return fail_oom(r, h5path);
+    e->values = array;
+    zm__element_shape_from(e, array);
+    if (kind == ZM_ELEMENT_SCALAR)
+        zm__element_set_encoding(e, string ? "string" : "numeric-scalar", "0.2.0");
+    else
+        zm__element_set_encoding(e, string ? "string-array" : "array", "0.2.0");
+    *out = e;
+    return 0;
+}
+
+static int read_any(reader *r, const char *h5path, const char *parent, const char *name,
+                    zm_element **out);
+
+/* A sparse matrix group: data, indices, indptr and its shape. */
+static int sparse_element(reader *r, const char *h5path, const char *parent, const char *name,
+                          int csc, const char *shape_attribute, zm_element **out)
+{
+    *out = NULL;
+    int64_t *shape = NULL;
+    size_t shape_count = 0;
+    if (zm__h5_attribute_integers(r->file, h5path, shape_attribute, &shape, &shape_count) != 0 ||
+        shape_count != 2 || shape[0] < 0 || shape[1] < 0) {
+        free(shape);
+        return zm_err_set(r->err, -EINVAL, "%s: a sparse matrix without a valid \"%s\" attribute",
+                          h5path, shape_attribute);
+    }
+    zm_element *e = zm__element_new(ZM_ELEMENT_SPARSE, parent, name);
+    if (e == NULL) {
+        free(shape);
+        return fail_oom(r, h5path);
+    }
+    e->sparse_format = csc ? ZM_SPARSE_CSC : ZM_SPARSE_CSR;
+    e->rank = 2;
+    e->shape[0] = (uint64_t)shape[0];
+    e->shape[1] = (uint64_t)shape[1];
+    free(shape);
+    zm__element_set_encoding(e, csc ? "csc_matrix" : "csr_matrix", "0.1.0");
+    static const char *const parts[] = {"data", "indices", "indptr"};
+    zm_array **targets[] = {&e->values, &e->indices, &e->indptr};
+    for (int i = 0; i < 3; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", h5path, parts[i]);
+        if (zm__h5_object_type(r->file, path) != H5O_TYPE_DATASET) {
+            zm__element_free(e);
+            return zm_err_set(r->err, -EINVAL, "%s: a sparse matrix without %s", h5path, parts[i]);
+        }
+        int rc = zm__array_open(r->source, r->file, path, NULL, 0, targets[i], r->err);
+        if (rc != 0) {
+            zm__element_free(e);
+            return rc;
+        }
+        const zm_array_info *info = zm_array_describe(*targets[i]);
+        if (info->rank != 1 || (i > 0 && info->dtype.type_class != ZM_TYPE_INT &&
+                                info->dtype.type_class != ZM_TYPE_UINT) ||
+            info->dtype.type_class == ZM_TYPE_STRING) {
+            zm__element_free(e);
+            return zm_err_set(r->err, -EINVAL, "%s: %s must be a 1-d %s array", h5path, parts[i],
+                              i > 0 ? "integer" : "numeric");
+        }
+    }
+    *out = e;
+    return 0;
+}
+
+/* A categorical: codes and categories (an element of their own). */
+static zm_element *categorical_from(reader *r, zm_element *codes, zm_element *categories,
+                                    int ordered)
+{
+    (void)r;
+    zm_element *e = zm__element_new(ZM_ELEMENT_CATEGORICAL, "", "");
+    if (e == NULL)
+        return NULL;
+    free(e->name);
+    free(e->path);
+    e->name = codes->name;
+    e->path = codes->path;
+    codes->name = NULL;
+    codes->path = NULL;
+    e->values = codes->values;
+    e->rank = codes->rank;
+    memcpy(e->shape, codes->shape, sizeof e->shape);
+    zm__element_free(codes);
+    free(categories->name);
+    free(categories->path);
+    categories->name = strdup("categories");
+    size_t n = strlen(e->path) + 12;
+    categories->path = malloc(n);
+    if (categories->path)
+        snprintf(categories->path, n, "%s/categories", e->path);
+    e->categories = categories;
+    if (categories->stored_as == NULL)
+        zm__element_set_stored_as(categories, "the categories");
+    e->ordered = ordered;
+    zm__element_set_encoding(e, "categorical", "0.2.0");
+    return e;
+}
+
+static int categorical_group(reader *r, const char *h5path, const char *parent, const char *name,
+                             zm_element **out)
+{
+    *out = NULL;
+    char codes_path[1024], categories_path[1024];
+    snprintf(codes_path, sizeof codes_path, "%s/codes", h5path);
+    snprintf(categories_path, sizeof categories_path, "%s/categories", h5path);
+    zm_element *codes = NULL, *categories = NULL;
+    int rc = dataset_element(r, codes_path, NULL, parent, name, &codes);
+    if (rc == 0)
+        rc = dataset_element(r, categories_path, NULL, parent, "categories", &categories);
+    int ordered = 0;
+    zm__h5_attribute_bool(r->file, h5path, "ordered", &ordered);
+    if (rc == 0 && (codes->kind != ZM_ELEMENT_ARRAY || codes->rank != 1 ||
+                    (zm_array_describe(codes->values)->dtype.type_class != ZM_TYPE_INT &&
+                     zm_array_describe(codes->values)->dtype.type_class != ZM_TYPE_UINT)))
+        rc = zm_err_set(r->err, -EINVAL, "%s: categorical codes must be 1-d integers", h5path);
+    if (rc == 0 && categories->rank != 1)
+        rc = zm_err_set(r->err, -EINVAL, "%s: categories must be 1-d", h5path);
+    if (rc != 0) {
+        zm__element_free(codes);
+        zm__element_free(categories);
+        return rc;
+    }
+    *out = categorical_from(r, codes, categories, ordered);
+    if (*out == NULL)
+        return fail_oom(r, h5path);
+    zm__element_set_stored_as(*out, "categorical group (codes, categories)");
+    return 0;
+}
+
+static int nullable_group(reader *r, const char *h5path, const char *parent, const char *name,
+                          int boolean, zm_element **out)
+{
+    *out = NULL;
+    zm_element *e = zm__element_new(ZM_ELEMENT_NULLABLE, parent, name);
+    if (e == NULL)
+        return fail_oom(r, h5path);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/values", h5path);
+    int rc = zm__array_open(r->source, r->file, path, NULL, 0, &e->values, r->err);
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/mask", h5path);
+        rc = zm__array_open(r->source, r->file, path, NULL, 0, &e->mask, r->err);
+    }
+    if (rc == 0 && (zm_array_describe(e->values)->rank != 1 || zm_array_describe(e->mask)->rank != 1 ||
+                    zm_array_describe(e->mask)->dtype.type_class != ZM_TYPE_BOOL ||
+                    zm_array_describe(e->mask)->shape[0] != zm_array_describe(e->values)->shape[0]))
+        rc = zm_err_set(r->err, -EINVAL, "%s: a nullable array needs 1-d values and a bool mask of "
+                        "the same length", h5path);
+    if (rc != 0) {
+        zm__element_free(e);
+        return rc;
+    }
+    e->nullable_boolean = boolean;
+    zm__element_shape_from(e, e->values);
+    zm__element_set_encoding(e, boolean ? "nullable-boolean" : "nullable-integer", "0.1.0");
+    zm__element_set_stored_as(e, "%s group (values, mask)", e->encoding_type);
+    *out = e;
+    return 0;
+}
+
+/* anndata 0.7: a codes dataset whose "categories" attribute references the
+ * categories dataset. Turns the column into a categorical if so. */
+static int maybe_referenced_categories(reader *r, const char *h5path, zm_element **column)
+{
+    if (!zm__h5_has_attribute(r->file, h5path, "categories"))
+        return 0;
+    char *target = NULL;
+    if (zm__h5_attribute_reference(r->file, h5path, "categories", &target) != 0)
+        return zm_err_set(r->err, -EINVAL, "%s: its \"categories\" attribute is not a reference",
+                          h5path);
+    zm_element *categories = NULL;
+    int rc = dataset_element(r, target, NULL, "", "categories", &categories);
+    free(target);
+    if (rc != 0)
+        return rc;
+    int ordered = 0;
+    zm__h5_attribute_bool(r->file, h5path, "ordered", &ordered);
+    zm_element *e = categorical_from(r, *column, categories, ordered);
+    if (e == NULL)
+        return fail_oom(r, h5path);
+    zm__element_set_stored_as(e, "anndata 0.7 codes with a reference to __categories");
+    *column = e;
+    return 0;
+}
+
+/* A dataframe group (anndata ≥ 0.7). */
+static int dataframe_group(reader *r, const char *h5path, const char *parent, const char *name,
+                           zm_element **out)
+{
+    *out = NULL;
+    zm_element *df = zm__element_new(ZM_ELEMENT_DATAFRAME, parent, name);
+    if (df == NULL)
+        return fail_oom(r, h5path);
+    zm__element_set_encoding(df, "dataframe", "0.2.0");
+    char *index_name = NULL;
+    int rc = 0;
+    if (zm__h5_attribute_string(r->file, h5path, "_index", &index_name) != 0) {
+        zm__element_free(df);
+        return zm_err_set(r->err, -EINVAL, "%s: a dataframe without an \"_index\" attribute", h5path);
+    }
+    df->index_name = index_name;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", h5path, index_name);
+    if (zm__h5_object_type(r->file, path) != H5O_TYPE_DATASET)
+        rc = zm_err_set(r->err, -EINVAL, "%s: its index %s is missing", h5path, index_name);
+    if (rc == 0)
+        rc = dataset_element(r, path, NULL, df->path, index_name, &df->index);
+    if (rc == 0 && df->index->rank != 1)
+        rc = zm_err_set(r->err, -EINVAL, "%s: its index must be 1-d", h5path);
+    zm_strings columns = {0};
+    if (rc == 0 && zm__h5_attribute_strings(r->file, h5path, "column-order", &columns) != 0)
+        columns.count = 0;
+    for (size_t i = 0; rc == 0 && i < columns.count; i++) {
+        char column[512];
+        string_at(&columns, i, column, sizeof column);
+        snprintf(path, sizeof path, "%s/%s", h5path, column);
+        zm_element *c = NULL;
+        if (!zm__h5_exists(r->file, path)) {
+            rc = zm_err_set(r->err, -EINVAL, "%s: column %s is listed but missing", h5path, column);
+            break;
+        }
+        rc = read_any(r, path, df->path, column, &c);
+        if (rc == 0 && c == NULL)
+            continue; /* skipped, with its reason recorded */
+        if (rc == 0 && (c->kind == ZM_ELEMENT_DICT || c->kind == ZM_ELEMENT_SPARSE ||
+                        c->kind == ZM_ELEMENT_DATAFRAME || c->rank != 1))
+            rc = zm_err_set(r->err, -EINVAL, "%s: column %s is not a 1-d column", h5path, column);
+        if (rc == 0 && zm__element_add_child(df, c) != 0)
+            rc = fail_oom(r, h5path);
+        if (rc != 0)
+            zm__element_free(c);
+    }
+    zm_strings_free(&columns);
+    if (rc != 0) {
+        zm__element_free(df);
+        return rc;
+    }
+    df->rank = 1;
+    df->shape[0] = df->index->shape[0];
+    char *version = NULL;
+    zm__h5_attribute_string(r->file, h5path, "encoding-version", &version);
+    zm__element_set_stored_as(df, "dataframe group %s", version ? version : "");
+    free(version);
+    *out = df;
+    return 0;
+}
+
+/* Reads a group's children into a dict element. */
+static int dict_group(reader *r, const char *h5path, const char *parent, const char *name,
+                      zm_element **out)
+{
+    *out = NULL;
+    zm_element *dict = zm__element_new(ZM_ELEMENT_DICT, parent, name);
+    if (dict == NULL)
+        return fail_oom(r, h5path);
+    zm__element_set_encoding(dict, "dict", "0.1.0");
+    zm_strings names;
+    int rc = zm__h5_list(r->file, h5path, &names);
+    if (rc != 0) {
+        zm__element_free(dict);
+        return zm_err_set(r->err, -EIO, "%s: cannot list the group", h5path);
+    }
+    for (size_t i = 0; rc == 0 && i < names.count; i++) {
+        char child[512], path[1024];
+        string_at(&names, i, child, sizeof child);
+        snprintf(path, sizeof path, "%s/%s", strcmp(h5path, "/") == 0 ? "" : h5path, child);
+        zm_element *c = NULL;
+        rc = read_any(r, path, dict->path, child, &c);
+        if (rc == 0 && c != NULL && zm__element_add_child(dict, c) != 0) {
+            zm__element_free(c);
+            rc = fail_oom(r, h5path);
+        }
+    }
+    zm_strings_free(&names);
+    if (rc != 0) {
+        zm__element_free(dict);
+        return rc;
+    }
+    *out = dict;
+    return 0;
+}
+
+/* Any element at h5path, by its encoding attributes or its shape. *out may
+ * be NULL on success: an element the model leaves out (recorded). */
+static int read_any(reader *r, const char *h5path, const char *parent, const char *name,
+                    zm_element **out)
+{
+    *out = NULL;
+    int type = zm__h5_object_type(r->file, h5path);
+    char *encoding = NULL;
+    zm__h5_attribute_string(r->file, h5path, "encoding-type", &encoding);
+    int rc = 0;
+    if (type == H5O_TYPE_GROUP) {
+        char *sparse = NULL;
+        if (encoding && (strcmp(encoding, "csr_matrix") == 0 || strcmp(encoding, "csc_matrix") == 0))
+            rc = sparse_element(r, h5path, parent, name, encoding[2] == 'c', "shape", out);
+        else if (zm__h5_attribute_string(r->file, h5path, "h5sparse_format", &sparse) == 0) {
+            int csc = strcmp(sparse, "csc") == 0;
+            if (!csc && strcmp(sparse, "csr") != 0)
+                rc = zm_err_set(r->err, -EINVAL, "%s: h5sparse_format \"%s\" is neither csr nor csc",
+                                h5path, sparse);
+            else if ((rc = sparse_element(r, h5path, parent, name, csc, "h5sparse_shape", out)) == 0)
+                zm__element_set_stored_as(*out, "legacy h5sparse group");
+            free(sparse);
+        } else if (encoding && strcmp(encoding, "dataframe") == 0)
+            rc = dataframe_group(r, h5path, parent, name, out);
+        else if (encoding && strcmp(encoding, "categorical") == 0)
+            rc = categorical_group(r, h5path, parent, name, out);
+        else if (encoding && strcmp(encoding, "nullable-integer") == 0)
+            rc = nullable_group(r, h5path, parent, name, 0, out);
+        else if (encoding && strcmp(encoding, "nullable-boolean") == 0)
+            rc = nullable_group(r, h5path, parent, name, 1, out);
+        else if (!encoding || strcmp(encoding, "dict") == 0 || strcmp(encoding, "raw") == 0 ||
+                 strcmp(encoding, "anndata") == 0)
+            rc = dict_group(r, h5path, parent, name, out);
+        else {
+            char why[256];
+            snprintf(why, sizeof why, "encoding \"%s\" is not supported", encoding);
+            zm__source_skip(r->source, h5path, why);
+        }
+        if (rc == 0 && *out && (*out)->stored_as == NULL)
+            zm__element_set_stored_as(*out, "group, encoding %s", encoding ? encoding : "none");
+    } else if (type == H5O_TYPE_DATASET) {
+        hid_t d = H5Dopen2(r->file, h5path, H5P_DEFAULT);
+        hid_t t = H5Dget_type(d);
+        int compound = H5Tget_class(t) == H5T_COMPOUND;
+        int reference = H5Tget_class(t) == H5T_REFERENCE;
+        H5Tclose(t);
+        H5Dclose(d);
+        if (compound || reference) {
+            zm__source_skip(r->source, h5path,
+                            compound ? "a structured (compound) array here is not supported"
+                                     : "an array of object references is not supported");
+        } else {
+            rc = dataset_element(r, h5path, NULL, parent, name, out);
+            if (rc == -ENOTSUP) {
+                zm__source_skip(r->source, h5path, r->err->reason);
+                zm_err_clear(r->err);
+                rc = 0;
+                *out = NULL;
+            }
+            if (rc == 0 && *out)
+                rc = maybe_referenced_categories(r, h5path, out);
+            if (rc == 0 && *out && (*out)->stored_as == NULL)
+                zm__element_set_stored_as(*out, "dataset%s%s", encoding ? ", encoding " : "",
+                                          encoding ? encoding : "");
+        }
+    } else {
+        zm__source_skip(r->source, h5path, "neither a group nor a dataset");
+    }
+    free(encoding);
+    return rc;
+}
+
+/* ---- Legacy (anndata < 0.7) ------------------------------------------------------- */
+
+/* A compound dataframe: the "index" member is the index; a column whose
+ * uns/<column>_categories exists is categorical. Those uns entries are used
+ * up (anndata drops them from uns). */
+static int legacy_dataframe(reader *r, const char *h5path, const char *parent, const char *name,
+                            zm_strings *used_categories, zm_element **out)
+{
+    *out = NULL;
+    zm_strings members;
+    if (zm__h5_compound_members(r->file, h5path, &members) != 0)
+        return zm_err_set(r->err, -EINVAL, "%s: a legacy dataframe must be a compound dataset", h5path);
+    zm_element *df = zm__element_new(ZM_ELEMENT_DATAFRAME, parent, name);
+    if (df == NULL) {
+        zm_strings_free(&members);
+        return fail_oom(r, h5path);
+    }
+    zm__element_set_encoding(df, "dataframe", "0.2.0");
+    zm__element_set_stored_as(df, "legacy compound dataset");
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < members.count; i++) {
+        char member[512];
+        string_at(&members, i, member, sizeof member);
+        int is_index = strcmp(member, "index") == 0 || strcmp(member, "_index") == 0;
+        zm_element *c = NULL;
+        rc = dataset_element(r, h5path, member, df->path, member, &c);
+        if (rc != 0)
+            break;
+        zm__element_set_stored_as(c, "legacy compound member");
+        if (is_index && df->index == NULL) {
+            df->index = c;
+            df->index_name = strdup(member);
+            continue;
+        }
+        char categories_path[1024];
+        snprintf(categories_path, sizeof categories_path, "/uns/%s_categories", member);
+        if (zm__h5_object_type(r->file, categories_path) == H5O_TYPE_DATASET &&
+            c->kind == ZM_ELEMENT_ARRAY) {
+            zm_element *categories = NULL;
+            rc = dataset_element(r, categories_path, NULL, "", "categories", &categories);
+            if (rc == 0) {
+                zm_element *cat = categorical_from(r, c, categories, 0);
+                if (cat == NULL) {
+                    rc = fail_oom(r, h5path);
+                    break;
+                }
+                zm__element_set_stored_as(cat, "legacy compound member, categories in uns/%s_categories",
+                                          member);
+                c = cat;
+                /* Remember the uns entry as used. */
+                size_t n = strlen(member) + 11;
+                char *used = realloc(used_categories->bytes,
+                                     (used_categories->count ? used_categories->offsets[used_categories->count] : 0) + n + 1);
+                uint64_t *offsets = realloc(used_categories->offsets,
+                                            (used_categories->count + 2) * sizeof *offsets);
+                if (used == NULL || offsets == NULL) {
+                    free(used);
+                    rc = fail_oom(r, h5path);
+                    break;
+                }
+                used_categories->bytes = used;
+                used_categories->offsets = offsets;
+                if (used_categories->count == 0)
+                    used_categories->offsets[0] = 0;
+                uint64_t at = used_categories->offsets[used_categories->count];
+                snprintf(used + at, n + 1, "%s_categories", member);
+                used_categories->offsets[++used_categories->count] = at + strlen(used + at);
+            }
+        }
+        if (rc == 0 && zm__element_add_child(df, c) != 0)
+            rc = fail_oom(r, h5path);
+    }
+    zm_strings_free(&members);
+    if (rc == 0 && df->index == NULL)
+        rc = zm_err_set(r->err, -EINVAL, "%s: a legacy dataframe without an index member", h5path);
+    if (rc != 0) {
+        zm__element_free(df);
+        return rc;
+    }
+    df->rank = 1;
+    df->shape[0] = df->index->shape[0];
+    *out = df;
+    return 0;
+}
+
+/* Legacy obsm/varm: one compound dataset, one (n, k) member per key. */
+static int legacy_mapping(reader *r, const char *h5path, const char *parent, const char *name,
+                          zm_element **out)
+{
+    *out = NULL;
+    zm_strings members;
+    if (zm__h5_compound_members(r->file, h5path, &members) != 0)
+        return zm_err_set(r->err, -EINVAL, "%s: expected a compound dataset", h5path);
+    zm_element *dict = zm__element_new(ZM_ELEMENT_DICT, parent, name);
+    int rc = dict ? 0 : fail_oom(r, h5path);
+    if (dict) {
+        zm__element_set_encoding(dict, "dict", "0.1.0");
+        zm__element_set_stored_as(dict, "legacy compound dataset");
+    }
+    for (size_t i = 0; rc == 0 && i < members.count; i++) {
+        char member[512];
+        string_at(&members, i, member, sizeof member);
+        zm_element *c = NULL;
+        rc = dataset_element(r, h5path, member, dict->path, member, &c);
+        if (rc == 0) {
+            zm__element_set_stored_as(c, "legacy compound member");
+            if (zm__element_add_child(dict, c) != 0) {
+                zm__element_free(c);
+                rc = fail_oom(r, h5path);
+            }
+        }
+    }
+    zm_strings_free(&members);
+    if (rc != 0) {
+        zm__element_free(dict);
+        return rc;
+    }
+    *out = dict;
+    return 0;
+}
+
+static int is_compound(reader *r, const char *h5path)
+{
+    if (zm__h5_object_type(r->file, h5path) != H5O_TYPE_DATASET)
+        return 0;
+    hid_t d = H5Dopen2(r->file, h5path, H5P_DEFAULT);
+    hid_t t = H5Dget_type(d);
+    int compound = H5Tget_class(t) == H5T_COMPOUND;
+    H5Tclose(t);
+    H5Dclose(d);
+    return compound;
+}
+
+/* A top-level part: obs/var (dataframes), obsm/varm (dicts or legacy
+ * compounds), anything else by its encoding. */
+static int read_part(reader *r, const char *h5path, const char *parent, const char *name,
+                     int dataframe, int mapping, zm_strings *used_categories, zm_element **out)
+{
+    *out = NULL;
+    if (!zm__h5_exists(r->file, h5path))
+        return 0;
+    if (dataframe && is_compound(r, h5path))
+        return legacy_dataframe(r, h5path, parent, name, used_categories, out);
+    if (mapping && is_compound(r, h5path))
+        return legacy_mapping(r, h5path, parent, name, out);
+    return read_any(r, h5path, parent, name, out);
+}
+
+static int add(reader *r, zm_element *parent, zm_element *child)
+{
+    if (child == NULL)
+        return 0;
+    if (zm__element_add_child(parent, child) != 0) {
+        zm__element_free(child);
+        return fail_oom(r, parent->path);
+    }
+    return 0;
+}
+
+/* Drops the uns entries a legacy categorical used. */
+static void drop_used_categories(zm_element *uns, const zm_strings *used)
+{
+    if (uns == NULL)
+        return;
+    for (size_t u = 0; u < used->count; u++) {
+        size_t n = used->offsets[u + 1] - used->offsets[u];
+        const char *name = used->bytes + used->offsets[u];
+        for (size_t i = 0; i < uns->child_count; i++) {
+            if (strlen(uns->children[i]->name) == n && strncmp(uns->children[i]->name, name, n) == 0) {
+                zm__element_free(uns->children[i]);
+                memmove(uns->children + i, uns->children + i + 1,
+                        (uns->child_count - i - 1) * sizeof *uns->children);
+                uns->child_count--;
+                break;
+            }
+        }
+    }
+}
+
+static zm_element *child_named(zm_element *e, const char *name)
+{
+    for (size_t i = 0; e && i < e->child_count; i++)
+        if (strcmp(e->children[i]->name, name) == 0)
+            return e->children[i];
+    return NULL;
+}
+
+int zm__read_h5ad(zm_source *source, zm_err *err)
+{
+    reader r = {source, source->file, err};
+    zm__hdf5_lock();
+    int rc = 0;
+    zm_strings used = {0};
+    zm_element *root = zm__element_new(ZM_ELEMENT_DICT, "", "");
+    if (root == NULL) {
+        zm__hdf5_unlock();
+        return fail_oom(&r, "the root");
+    }
+    zm__element_set_encoding(root, "anndata", "0.1.0");
+    char *version = NULL;
+    zm__h5_attribute_string(source->file, "/", "encoding-version", &version);
+    zm__element_set_stored_as(root, version ? "anndata %s" : "anndata without encoding attributes (< 0.8)",
+                              version);
+    free(version);
+    source->root = root;
+
+    struct {
+        const char *h5path, *name;
+        int dataframe, mapping;
+        zm_axis first, second;
+    } const parts[] = {
+        {"/obs", "obs", 1, 0, ZM_AXIS_OBS, ZM_AXIS_NONE},
+        {"/var", "var", 1, 0, ZM_AXIS_VAR, ZM_AXIS_NONE},
+        {"/X", "X", 0, 0, ZM_AXIS_OBS, ZM_AXIS_VAR},
+        {"/layers", "layers", 0, 0, ZM_AXIS_OBS, ZM_AXIS_VAR},
+        {"/obsm", "obsm", 0, 1, ZM_AXIS_OBS, ZM_AXIS_NONE},
+        {"/varm", "varm", 0, 1, ZM_AXIS_VAR, ZM_AXIS_NONE},
+        {"/obsp", "obsp", 0, 0, ZM_AXIS_OBS, ZM_AXIS_OBS},
+        {"/varp", "varp", 0, 0, ZM_AXIS_VAR, ZM_AXIS_VAR},
+    };
+    for (size_t i = 0; rc == 0 && i < sizeof parts / sizeof parts[0]; i++) {
+        zm_element *e = NULL;
+        rc = read_part(&r, parts[i].h5path, "", parts[i].name, parts[i].dataframe, parts[i].mapping,
+                       &used, &e);
+        if (rc == 0 && e) {
+            zm__set_axes(e, parts[i].first, parts[i].second);
+            rc = add(&r, root, e);
+        }
+    }
+
+    /* raw: a group (≥ 0.7) or raw.X / raw.var / raw.varm (< 0.7). */
+    if (rc == 0 && (zm__h5_exists(source->file, "/raw") || zm__h5_exists(source->file, "/raw.X"))) {
+        zm_element *raw = zm__element_new(ZM_ELEMENT_DICT, "", "raw");
+        rc = raw ? 0 : fail_oom(&r, "raw");
+        if (raw) {
+            zm__element_set_encoding(raw, "raw", "0.1.0");
+            int legacy = !zm__h5_exists(source->file, "/raw");
+            zm__element_set_stored_as(raw, legacy ? "legacy raw.X, raw.var, raw.varm" : "group");
+            static const char *const names[] = {"X", "var", "varm"};
+            for (int i = 0; rc == 0 && i < 3; i++) {
+                char path[64];
+                snprintf(path, sizeof path, legacy ? "/raw.%s" : "/raw/%s", names[i]);
+                zm_element *e = NULL;
+                rc = read_part(&r, path, "raw", names[i], i == 1, i == 2, &used, &e);
+                if (rc == 0 && e) {
+                    zm__set_axes(e, i == 0 ? ZM_AXIS_OBS : ZM_AXIS_RAW_VAR,
+                             i == 0 ? ZM_AXIS_RAW_VAR : ZM_AXIS_NONE);
+                    rc = add(&r, raw, e);
+                }
+            }
+            if (rc == 0)
+                rc = add(&r, root, raw);
+            else
+                zm__element_free(raw);
+        }
+    }
+
+    if (rc == 0) {
+        zm_element *uns = NULL;
+        rc = read_part(&r, "/uns", "", "uns", 0, 0, &used, &uns);
+        if (rc == 0 && uns) {
+            drop_used_categories(uns, &used);
+            rc = add(&r, root, uns);
+        }
+    }
+    zm_strings_free(&used);
+    zm__hdf5_unlock();
+    if (rc != 0)
+        return rc;
+
+    zm_element *obs = child_named(root, "obs"), *var = child_named(root, "var");
+    if (obs == NULL || obs->kind != ZM_ELEMENT_DATAFRAME || var == NULL ||
+        var->kind != ZM_ELEMENT_DATAFRAME)
+        return zm_err_set(err, -EINVAL, "%s: an .h5ad needs obs and var dataframes", source->path);
+    source->n_obs = obs->shape[0];
+    source->n_vars = var->shape[0];
+    return 0;
+}

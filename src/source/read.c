@@ -1,0 +1,580 @@
+/* Reading values: the direct path (HDF5 says where the chunks are; we pread
+ * and decode them on our own threads, each chunk once, kept in the shared
+ * cache), and the dispatch to the HDF5 and memory paths. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "source/source_internal.h"
+
+uint64_t zm_array_row_bytes(const zm_array *array)
+{
+    uint64_t bytes = array->info.dtype.size;
+    for (unsigned d = 1; d < array->info.rank; d++)
+        bytes *= array->info.shape[d];
+    return bytes;
+}
+
+static uint64_t row_count(const zm_array *array)
+{
+    return array->info.rank == 0 ? 1 : array->info.shape[0];
+}
+
+/* pread until done: a short read means the file ends early. */
+static int read_exact(zm_source *source, uint64_t offset, void *buffer, size_t size,
+                      const zm_array *array, zm_err *err)
+{
+    size_t done = 0;
+    while (done < size) {
+        ssize_t n = pread(source->fd, (uint8_t *)buffer + done, size - done, (off_t)(offset + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return zm_err_set(err, -EIO, "%s: reading %zu bytes at offset %llu failed: %s",
+                              array->file_path, size, (unsigned long long)offset, strerror(errno));
+        if (n == 0)
+            return zm_err_set(err, -EIO,
+                              "%s: the file ends before offset %llu (truncated?); %zu bytes were needed",
+                              array->file_path, (unsigned long long)(offset + done), size);
+        done += (size_t)n;
+    }
+    source->bytes_read += size;
+    return 0;
+}
+
+static void swap_bytes(uint8_t *bytes, size_t count, size_t size)
+{
+    for (size_t i = 0; i < count; i++, bytes += size)
+        for (size_t a = 0, b = size - 1; a < b; a++, b--) {
+            uint8_t t = bytes[a];
+            bytes[a] = bytes[b];
+            bytes[b] = t;
+        }
+}
+
+static void fill_values(uint8_t *bytes, size_t count, const zm_array *array)
+{
+    size_t size = array->info.dtype.size;
+    for (size_t i = 0; i < count; i++)
+        memcpy(bytes + i * size, array->fill, size);
+}
+
+/* ---- The chunk index ------------------------------------------------------------ */
+
+static int ensure_index(zm_array *array, zm_err *err)
+{
+    if (array->index_built) {
+        if (array->index_status != 0 && err)
+            *err = array->index_err;
+        return array->index_status;
+    }
+    pthread_mutex_lock(&array->index_mutex);
+    if (!array->index_built) {
+        zm_err_clear(&array->index_err);
+        zm__hdf5_lock();
+        array->index_status = zm__h5_chunk_index(array, &array->index_err);
+        zm__hdf5_unlock();
+        array->index_built = 1;
+    }
+    pthread_mutex_unlock(&array->index_mutex);
+    if (array->index_status != 0 && err)
+        *err = array->index_err;
+    return array->index_status;
+}
+
+/* ---- Loading one chunk --------------------------------------------------------------- */
+
+static uint64_t chunk_bytes(const zm_array *array)
+{
+    uint64_t bytes = array->info.dtype.size;
+    for (unsigned d = 0; d < array->storage_rank; d++)
+        bytes *= array->chunk[d];
+    return bytes;
+}
+
+struct chunk_load {
+    zm_source *source;
+    zm_array *array;
+    uint64_t chunk;
+};
+
+static int load_chunk(void *context, uint8_t **bytes, size_t *size, zm_err *err)
+{
+    struct chunk_load *c = context;
+    zm_array *array = c->array;
+    uint64_t raw_size = chunk_bytes(array);
+    uint8_t *raw = malloc(raw_size ? raw_size : 1);
+    if (raw == NULL)
+        return zm_err_set(err, -ENOMEM, "%s: out of memory for a %llu-byte chunk", array->file_path,
+                          (unsigned long long)raw_size);
+    uint64_t address = array->chunk_address[c->chunk];
+    uint32_t stored = array->chunk_stored_size[c->chunk];
+    int rc = 0;
+    if (address == UINT64_MAX) {
+        /* Never written: the fill value. */
+        fill_values(raw, raw_size / array->info.dtype.size, array);
+    } else if (array->filter_count == 0) {
+        if (stored != raw_size)
+            rc = zm_err_set(err, -EIO, "%s: chunk %llu holds %u bytes, expected %llu",
+                            array->file_path, (unsigned long long)c->chunk, stored,
+                            (unsigned long long)raw_size);
+        else
+            rc = read_exact(c->source, address, raw, raw_size, array, err);
+    } else {
+        uint8_t *packed = malloc(stored ? stored : 1);
+        if (packed == NULL)
+            rc = zm_err_set(err, -ENOMEM, "%s: out of memory for a %u-byte chunk", array->file_path,
+                            stored);
+        else
+            rc = read_exact(c->source, address, packed, stored, array, err);
+        if (rc == 0) {
+            zm_err inner;
+            zm_err_clear(&inner);
+            rc = zm__filter_decode(array->filters, array->filter_count,
+                                   array->chunk_filter_mask[c->chunk], array->info.dtype.size,
+                                   packed, stored, raw, raw_size, &inner);
+            if (rc != 0)
+                zm_err_set(err, rc == -ENOMEM ? -ENOMEM : -EIO, "%s: chunk %llu: %s",
+                           array->file_path, (unsigned long long)c->chunk, inner.reason);
+        }
+        free(packed);
+    }
+    if (rc != 0) {
+        free(raw);
+        return rc;
+    }
+    if (array->info.big_endian)
+        swap_bytes(raw, raw_size / array->info.dtype.size, array->info.dtype.size);
+    c->source->chunks_decoded++;
+    *bytes = raw;
+    *size = raw_size;
+    return 0;
+}
+
+static int get_chunk(zm_source *source, zm_array *array, uint64_t chunk, zm__chunk_ref *ref,
+                     zm_err *err)
+{
+    struct {
+        uint64_t serial, chunk;
+    } key_bytes = {array->serial, chunk};
+    struct chunk_load context = {source, array, chunk};
+    return zm__chunk_cache_get(source->cache, zm__chunk_key(&key_bytes, sizeof key_bytes),
+                               load_chunk, &context, ref, err);
+}
+
+/* ---- Gathers over chunks ------------------------------------------------------------- */
+
+struct gather {
+    zm_source *source;
+    zm_array *array;
+    const zm_range *ranges;
+    size_t range_count;
+    const uint64_t *out_row; /* output row of each range's first row */
+    uint8_t *out;
+    uint64_t *tasks;         /* chunk numbers to visit */
+    uint64_t rest_chunks;    /* chunks per step along the row dimension */
+    zm_err *errors;          /* one per task */
+};
+
+/* The first range that ends after row. */
+static size_t first_range_after(const struct gather *g, uint64_t row)
+{
+    size_t lo = 0, hi = g->range_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (g->ranges[mid].end <= row)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Copies one chunk's part of the kept rows into the output (rows first). */
+static int gather_chunk(void *context, size_t task)
+{
+    struct gather *g = context;
+    zm_array *array = g->array;
+    uint64_t chunk = g->tasks[task];
+    zm__chunk_ref ref;
+    int rc = get_chunk(g->source, array, chunk, &ref, &g->errors[task]);
+    if (rc != 0)
+        return rc;
+    unsigned rank = array->storage_rank;
+    size_t size = array->info.dtype.size;
+    uint64_t origin[ZM_MAX_RANK], valid[ZM_MAX_RANK], rest = chunk;
+    for (int d = (int)rank - 1; d >= 0; d--) {
+        origin[d] = (rest % array->grid[d]) * array->chunk[d];
+        rest /= array->grid[d];
+        uint64_t left = array->storage_shape[d] - origin[d];
+        valid[d] = left < array->chunk[d] ? left : array->chunk[d];
+    }
+    uint64_t row_bytes = zm_array_row_bytes(array);
+
+    if (!array->info.transposed) {
+        /* Rows along storage dimension 0. Within a row, copy runs along the
+         * last dimension, walking the dimensions between. */
+        uint64_t chunk_row_values = 1, inner = 1;
+        for (unsigned d = 1; d < rank; d++)
+            chunk_row_values *= array->chunk[d];
+        for (unsigned d = 1; d + 1 < rank; d++)
+            inner *= valid[d];
+        uint64_t run = rank >= 2 ? valid[rank - 1] * size : size;
+        for (size_t r = first_range_after(g, origin[0]);
+             r < g->range_count && g->ranges[r].start < origin[0] + valid[0]; r++) {
+            uint64_t from = g->ranges[r].start > origin[0] ? g->ranges[r].start : origin[0];
+            uint64_t to = g->ranges[r].end < origin[0] + valid[0] ? g->ranges[r].end : origin[0] + valid[0];
+            if (rank <= 1) {
+                memcpy(g->out + (g->out_row[r] + from - g->ranges[r].start) * size,
+                       ref.bytes + (from - origin[0]) * size, (to - from) * size);
+                continue;
+            }
+            for (uint64_t row = from; row < to; row++) {
+                const uint8_t *src_row = ref.bytes + (row - origin[0]) * chunk_row_values * size;
+                uint8_t *dst_row = g->out + (g->out_row[r] + row - g->ranges[r].start) * row_bytes;
+                for (uint64_t i = 0; i < inner; i++) {
+                    /* Index i over dimensions 1 .. rank−2 of the valid block. */
+                    uint64_t src = 0, dst = 0, rem = i;
+                    uint64_t src_stride = array->chunk[rank - 1], dst_stride = array->storage_shape[rank - 1];
+                    for (int d = (int)rank - 2; d >= 1; d--) {
+                        uint64_t idx = rem % valid[d];
+                        rem /= valid[d];
+                        src += idx * src_stride;
+                        dst += (origin[d] + idx) * dst_stride;
+                        src_stride *= array->chunk[d];
+                        dst_stride *= array->storage_shape[d];
+                    }
+                    dst += origin[rank - 1];
+                    memcpy(dst_row + dst * size, src_row + src * size, run);
+                }
+            }
+        }
+    } else {
+        /* Loom: storage genes × cells, rows are cells (storage dimension 1). */
+        uint64_t genes = array->storage_shape[0];
+        for (size_t r = first_range_after(g, origin[1]);
+             r < g->range_count && g->ranges[r].start < origin[1] + valid[1]; r++) {
+            uint64_t from = g->ranges[r].start > origin[1] ? g->ranges[r].start : origin[1];
+            uint64_t to = g->ranges[r].end < origin[1] + valid[1] ? g->ranges[r].end : origin[1] + valid[1];
+            for (uint64_t cell = from; cell < to; cell++) {
+                uint8_t *dst = g->out + (g->out_row[r] + cell - g->ranges[r].start) * genes * size;
+                const uint8_t *src = ref.bytes + (cell - origin[1]) * size;
+                for (uint64_t gene = 0; gene < valid[0]; gene++)
+                    memcpy(dst + (origin[0] + gene) * size, src + gene * array->chunk[1] * size, size);
+            }
+        }
+    }
+    zm__chunk_cache_release(g->source->cache, &ref);
+    return 0;
+}
+
+static int gather_chunked(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
+                          const uint64_t *out_row, uint8_t *out, zm_err *err)
+{
+    int rc = ensure_index(array, err);
+    if (rc != 0)
+        return rc;
+    unsigned row_dim = array->info.transposed ? 1 : 0;
+    uint64_t step = array->chunk[row_dim];
+    /* Chunks per position along the row dimension, and their stride in the
+     * row-major chunk numbering. */
+    uint64_t rest = array->chunk_count / array->grid[row_dim];
+    uint64_t stride = 1;
+    for (unsigned d = row_dim + 1; d < array->storage_rank; d++)
+        stride *= array->grid[d];
+
+    /* Chunk positions along the rows that hold a kept row, each once. */
+    uint64_t *positions = NULL;
+    size_t position_count = 0, capacity = 0;
+    for (size_t r = 0; r < count; r++) {
+        if (ranges[r].end <= ranges[r].start)
+            continue;
+        uint64_t first = ranges[r].start / step, last = (ranges[r].end - 1) / step;
+        for (uint64_t p = first; p <= last; p++) {
+            if (position_count > 0 && positions[position_count - 1] >= p)
+                continue;
+            if (position_count == capacity) {
+                capacity = capacity ? capacity * 2 : 64;
+                uint64_t *grown = realloc(positions, capacity * sizeof *grown);
+                if (grown == NULL) {
+                    free(positions);
+                    return zm_err_set(err, -ENOMEM, "out of memory planning a read");
+                }
+                positions = grown;
+            }
+            positions[position_count++] = p;
+        }
+    }
+    size_t task_count = position_count * rest;
+    struct gather g = {source, array, ranges, count, out_row, out, NULL, rest, NULL};
+    g.tasks = malloc((task_count ? task_count : 1) * sizeof *g.tasks);
+    g.errors = calloc(task_count ? task_count : 1, sizeof *g.errors);
+    if (g.tasks == NULL || g.errors == NULL) {
+        free(positions);
+        free(g.tasks);
+        free(g.errors);
+        return zm_err_set(err, -ENOMEM, "out of memory planning a read of %zu chunks", task_count);
+    }
+    /* Enumerate the chunks: every combination of the other dimensions'
+     * chunk coordinates with each needed row position. */
+    size_t t = 0;
+    for (size_t p = 0; p < position_count; p++) {
+        for (uint64_t o = 0; o < rest; o++) {
+            /* o enumerates the other dimensions; split it around row_dim. */
+            uint64_t low = o % stride, high = o / stride;
+            g.tasks[t++] = (high * array->grid[row_dim] + positions[p]) * stride + low;
+        }
+    }
+    free(positions);
+    rc = zm__pool_for(source->pool, task_count, gather_chunk, &g);
+    if (rc != 0) {
+        for (size_t i = 0; i < task_count; i++)
+            if (g.errors[i].code != 0) {
+                if (err)
+                    *err = g.errors[i];
+                rc = g.errors[i].code;
+                break;
+            }
+    }
+    free(g.tasks);
+    free(g.errors);
+    return rc;
+}
+
+/* Contiguous values: one pread per run of kept rows, runs closer than this
+ * merged (a read costs about as much as this many bytes copied). */
+#define MERGE_GAP_BYTES 8192
+
+static int gather_contiguous(zm_source *source, zm_array *array, const zm_range *ranges,
+                             size_t count, const uint64_t *out_row, uint8_t *out, zm_err *err)
+{
+    uint64_t row_bytes = zm_array_row_bytes(array);
+    size_t size = array->info.dtype.size;
+    if (array->contiguous_offset == UINT64_MAX) {
+        for (size_t r = 0; r < count; r++)
+            fill_values(out + out_row[r] * row_bytes,
+                        (ranges[r].end - ranges[r].start) * row_bytes / size, array);
+        return 0;
+    }
+    size_t r = 0;
+    while (r < count) {
+        /* Merge ranges r .. s−1 while the gaps stay small. */
+        size_t s = r + 1;
+        while (s < count && (ranges[s].start - ranges[s - 1].end) * row_bytes < MERGE_GAP_BYTES)
+            s++;
+        uint64_t first = ranges[r].start, last = ranges[s - 1].end;
+        int rc;
+        if (s == r + 1) {
+            rc = read_exact(source, array->contiguous_offset + first * row_bytes,
+                            out + out_row[r] * row_bytes, (last - first) * row_bytes, array, err);
+        } else {
+            uint8_t *span = malloc((last - first) * row_bytes);
+            rc = span ? read_exact(source, array->contiguous_offset + first * row_bytes, span,
+                                   (last - first) * row_bytes, array, err)
+                      : zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
+            for (size_t i = r; rc == 0 && i < s; i++)
+                memcpy(out + out_row[i] * row_bytes, span + (ranges[i].start - first) * row_bytes,
+                       (ranges[i].end - ranges[i].start) * row_bytes);
+            free(span);
+        }
+        if (rc != 0)
+            return rc;
+        if (array->info.big_endian)
+            for (size_t i = r; i < s; i++)
+                swap_bytes(out + out_row[i] * row_bytes,
+                           (ranges[i].end - ranges[i].start) * row_bytes / size, size);
+        r = s;
+    }
+    return 0;
+}
+
+static int check_ranges(const zm_array *array, const zm_range *ranges, size_t count, zm_err *err)
+{
+    uint64_t rows = row_count(array), previous = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (ranges[i].start > ranges[i].end || ranges[i].end > rows || ranges[i].start < previous)
+            return zm_err_set(err, -EINVAL,
+                              "%s: rows [%llu, %llu) are out of order or past its %llu rows",
+                              array->file_path, (unsigned long long)ranges[i].start,
+                              (unsigned long long)ranges[i].end, (unsigned long long)rows);
+        previous = ranges[i].end;
+    }
+    return 0;
+}
+
+/* Every value within [value_min, value_limit): indices below their
+ * dimension, codes below their category count. */
+static int check_values(const zm_array *array, const void *values, uint64_t count, zm_err *err)
+{
+    const zm_dtype t = array->info.dtype;
+    for (uint64_t i = 0; i < count; i++) {
+        int64_t v;
+        if (t.type_class == ZM_TYPE_INT) {
+            v = t.size == 1 ? ((const int8_t *)values)[i]
+              : t.size == 2 ? ((const int16_t *)values)[i]
+              : t.size == 4 ? ((const int32_t *)values)[i]
+                            : ((const int64_t *)values)[i];
+        } else if (t.type_class == ZM_TYPE_UINT) {
+            uint64_t u = t.size == 1 ? ((const uint8_t *)values)[i]
+                       : t.size == 2 ? ((const uint16_t *)values)[i]
+                       : t.size == 4 ? ((const uint32_t *)values)[i]
+                                     : ((const uint64_t *)values)[i];
+            v = u > INT64_MAX ? INT64_MAX : (int64_t)u;
+        } else {
+            return 0;
+        }
+        if (v < array->value_min || v >= array->value_limit)
+            return zm_err_set(err, -EIO, "%s: value %lld is outside [%lld, %lld): the file's parts "
+                              "disagree", array->check_what, (long long)v,
+                              (long long)array->value_min, (long long)array->value_limit);
+    }
+    return 0;
+}
+
+static int read_ranges(zm_source *source, const zm_array *const_array, const zm_range *ranges,
+                       size_t count, void *out, zm_err *err)
+{
+    zm_array *array = (zm_array *)const_array;
+    if (array->info.dtype.type_class == ZM_TYPE_STRING)
+        return zm_err_set(err, -EINVAL, "%s holds strings: read it with zm_array_read_strings",
+                          array->file_path);
+    int rc = check_ranges(array, ranges, count, err);
+    if (rc != 0)
+        return rc;
+    uint64_t *out_row = malloc((count ? count : 1) * sizeof *out_row);
+    if (out_row == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
+    uint64_t at = 0;
+    for (size_t i = 0; i < count; i++) {
+        out_row[i] = at;
+        at += ranges[i].end - ranges[i].start;
+    }
+    uint64_t row_bytes = zm_array_row_bytes(array);
+    switch (array->info.data_path) {
+    case ZM_PATH_MEMORY:
+        for (size_t i = 0; i < count; i++)
+            memcpy((uint8_t *)out + out_row[i] * row_bytes,
+                   (uint8_t *)array->memory + ranges[i].start * row_bytes,
+                   (ranges[i].end - ranges[i].start) * row_bytes);
+        break;
+    case ZM_PATH_HDF5:
+        rc = zm__h5_read_ranges(source, array, ranges, count, out, err);
+        break;
+    case ZM_PATH_DIRECT:
+        if (array->info.layout == ZM_LAYOUT_CHUNKED)
+            rc = gather_chunked(source, array, ranges, count, out_row, out, err);
+        else
+            rc = gather_contiguous(source, array, ranges, count, out_row, out, err);
+        break;
+    }
+    free(out_row);
+    if (rc == 0 && array->check_values)
+        rc = check_values(array, out, at * row_bytes / array->info.dtype.size, err);
+    return rc;
+}
+
+int zm_array_read_rows(zm_source *source, const zm_array *array, uint64_t start, uint64_t count,
+                       void *out, zm_err *err)
+{
+    zm_range range = {start, start + count};
+    return read_ranges(source, array, &range, 1, out, err);
+}
+
+/* Turns ascending rows into ranges of consecutive rows. */
+static int rows_to_ranges(const zm_array *array, const uint64_t *rows, size_t count,
+                          zm_range **ranges, size_t *range_count, zm_err *err)
+{
+    *ranges = malloc((count ? count : 1) * sizeof **ranges);
+    if (*ranges == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
+    size_t n = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (i > 0 && rows[i] <= rows[i - 1]) {
+            free(*ranges);
+            return zm_err_set(err, -EINVAL, "%s: rows must ascend (%llu after %llu)",
+                              array->file_path, (unsigned long long)rows[i],
+                              (unsigned long long)rows[i - 1]);
+        }
+        if (n > 0 && (*ranges)[n - 1].end == rows[i])
+            (*ranges)[n - 1].end++;
+        else
+            (*ranges)[n++] = (zm_range){rows[i], rows[i] + 1};
+    }
+    *range_count = n;
+    return 0;
+}
+
+int zm_array_gather_rows(zm_source *source, const zm_array *array, const uint64_t *rows,
+                         size_t count, void *out, zm_err *err)
+{
+    zm_range *ranges;
+    size_t n;
+    int rc = rows_to_ranges(array, rows, count, &ranges, &n, err);
+    if (rc == 0)
+        rc = read_ranges(source, array, ranges, n, out, err);
+    free(ranges);
+    return rc;
+}
+
+int zm_array_gather_ranges(zm_source *source, const zm_array *array, const zm_range *ranges,
+                           size_t count, void *out, zm_err *err)
+{
+    if (array->info.rank != 1)
+        return zm_err_set(err, -EINVAL, "%s: ranges are read from 1-d arrays only",
+                          array->file_path);
+    return read_ranges(source, array, ranges, count, out, err);
+}
+
+int zm_array_read_strings(zm_source *source, const zm_array *const_array, const uint64_t *rows,
+                          size_t count, zm_strings *out, zm_err *err)
+{
+    zm_array *array = (zm_array *)const_array;
+    memset(out, 0, sizeof *out);
+    if (array->info.dtype.type_class != ZM_TYPE_STRING)
+        return zm_err_set(err, -EINVAL, "%s does not hold strings", array->file_path);
+    uint64_t per_row = 1;
+    for (unsigned d = 1; d < array->info.rank; d++)
+        per_row *= array->info.shape[d];
+    if (array->info.data_path == ZM_PATH_MEMORY) {
+        const zm_strings *all = &array->memory_strings;
+        size_t items = rows ? count * per_row : all->count;
+        out->count = items;
+        out->offsets = malloc((items + 1) * sizeof *out->offsets);
+        uint64_t total = 0;
+        for (size_t i = 0; i < (rows ? count : row_count(array)); i++) {
+            uint64_t row = rows ? rows[i] : i;
+            total += all->offsets[(row + 1) * per_row] - all->offsets[row * per_row];
+        }
+        out->bytes = malloc(total + 1);
+        if (out->offsets == NULL || out->bytes == NULL) {
+            zm_strings_free(out);
+            return zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
+        }
+        uint64_t at = 0;
+        size_t item = 0;
+        for (size_t i = 0; i < (rows ? count : row_count(array)); i++) {
+            uint64_t row = rows ? rows[i] : i;
+            for (uint64_t j = row * per_row; j < (row + 1) * per_row; j++) {
+                uint64_t n = all->offsets[j + 1] - all->offsets[j];
+                out->offsets[item++] = at;
+                memcpy(out->bytes + at, all->bytes + all->offsets[j], n);
+                at += n;
+            }
+        }
+        out->offsets[item] = at;
+        out->bytes[at] = '\0';
+        return 0;
+    }
+    if (rows == NULL)
+        return zm__h5_read_strings(source, array, NULL, 0, out, err);
+    zm_range *ranges;
+    size_t n;
+    int rc = rows_to_ranges(array, rows, count, &ranges, &n, err);
+    if (rc == 0)
+        rc = check_ranges(array, ranges, n, err);
+    if (rc == 0)
+        rc = zm__h5_read_strings(source, array, ranges, n, out, err);
+    free(ranges);
+    return rc;
+}

@@ -1,0 +1,223 @@
+/* Opening a source: what the file is, its element model, its identity; the
+ * default block size; counters. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "source/source_internal.h"
+
+#define DEFAULT_CACHE_BYTES (256u << 20)
+
+static const char *const format_names[] = {
+    [ZM_FORMAT_H5AD] = "h5ad",
+    [ZM_FORMAT_LOOM] = "loom",
+    [ZM_FORMAT_10X_V3] = "10x-v3",
+    [ZM_FORMAT_10X_V2] = "10x-v2",
+};
+
+const char *zm_source_format_name(zm_source_format format) { return format_names[format]; }
+zm_source_format zm_source_get_format(const zm_source *source) { return source->format; }
+const zm_source_identity *zm_source_get_identity(const zm_source *source)
+{
+    return &source->identity;
+}
+uint64_t zm_source_n_obs(const zm_source *source) { return source->n_obs; }
+uint64_t zm_source_n_vars(const zm_source *source) { return source->n_vars; }
+const zm_element *zm_source_root(const zm_source *source) { return source->root; }
+
+static pthread_once_t hdf5_quiet_once = PTHREAD_ONCE_INIT;
+static void hdf5_quiet(void)
+{
+    /* Errors come back to us as return values with our own reasons; HDF5's
+     * stack dumps on stderr would only confuse. */
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+/* Which of the formats the file is, from its layout alone. */
+static int detect_format(hid_t file, zm_source_format *format)
+{
+    if (zm__h5_object_type(file, "/matrix") == H5O_TYPE_DATASET &&
+        zm__h5_object_type(file, "/row_attrs") == H5O_TYPE_GROUP &&
+        zm__h5_object_type(file, "/col_attrs") == H5O_TYPE_GROUP) {
+        *format = ZM_FORMAT_LOOM;
+        return 0;
+    }
+    static const char *const tenx_parts[] = {"barcodes", "data", "indices", "indptr", "shape"};
+    if (zm__h5_object_type(file, "/matrix") == H5O_TYPE_GROUP) {
+        int all = zm__h5_object_type(file, "/matrix/features") == H5O_TYPE_GROUP;
+        for (size_t i = 0; all && i < 5; i++) {
+            char path[64];
+            snprintf(path, sizeof path, "/matrix/%s", tenx_parts[i]);
+            all = zm__h5_object_type(file, path) == H5O_TYPE_DATASET;
+        }
+        if (all) {
+            *format = ZM_FORMAT_10X_V3;
+            return 0;
+        }
+    }
+    char *encoding = NULL;
+    if (zm__h5_attribute_string(file, "/", "encoding-type", &encoding) == 0) {
+        int anndata = strcmp(encoding, "anndata") == 0;
+        free(encoding);
+        if (anndata) {
+            *format = ZM_FORMAT_H5AD;
+            return 0;
+        }
+    }
+    if (zm__h5_exists(file, "/obs") && zm__h5_exists(file, "/var")) {
+        *format = ZM_FORMAT_H5AD;
+        return 0;
+    }
+    /* 10x v2: one group per genome holding the matrix parts and genes. */
+    zm_strings names;
+    if (zm__h5_list(file, "/", &names) == 0) {
+        int found = 0;
+        for (size_t g = 0; g < names.count && !found; g++) {
+            char group[512];
+            snprintf(group, sizeof group, "/%.*s", (int)(names.offsets[g + 1] - names.offsets[g]),
+                     names.bytes + names.offsets[g]);
+            int all = zm__h5_object_type(file, group) == H5O_TYPE_GROUP;
+            for (size_t i = 0; all && i < 5; i++) {
+                char path[640];
+                snprintf(path, sizeof path, "%s/%s", group, tenx_parts[i]);
+                all = zm__h5_object_type(file, path) == H5O_TYPE_DATASET;
+            }
+            char genes[640];
+            snprintf(genes, sizeof genes, "%s/genes", group);
+            found = all && zm__h5_object_type(file, genes) == H5O_TYPE_DATASET;
+        }
+        zm_strings_free(&names);
+        if (found) {
+            *format = ZM_FORMAT_10X_V2;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+int zm_source_open(const char *path, const zm_source_options *options, zm_source **out,
+                   zm_err *err)
+{
+    *out = NULL;
+    pthread_once(&hdf5_quiet_once, hdf5_quiet);
+    zm_source *source = calloc(1, sizeof *source);
+    if (source == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory opening %s", path);
+    source->fd = -1;
+    source->file = H5I_INVALID_HID;
+    source->path = strdup(path);
+    int rc = 0;
+
+    source->fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (source->fd < 0 || fstat(source->fd, &st) != 0) {
+        rc = zm_err_set(err, -errno, "%s: cannot open: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = zm_err_set(err, -EINVAL, "%s: not a regular file", path);
+        goto fail;
+    }
+    source->identity.device = st.st_dev;
+    source->identity.inode = st.st_ino;
+    source->identity.size = st.st_size;
+    source->identity.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+
+    zm__hdf5_lock();
+    htri_t is_hdf5 = H5Fis_hdf5(path);
+    if (is_hdf5 <= 0) {
+        zm__hdf5_unlock();
+        rc = zm_err_set(err, -EINVAL,
+                        "%s: not an HDF5 file (expected an AnnData .h5ad, a loom file or a 10x "
+                        "Genomics .h5)", path);
+        goto fail;
+    }
+    source->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (source->file < 0) {
+        zm__hdf5_unlock();
+        rc = zm_err_set(err, -EIO, "%s: HDF5 cannot open it (truncated or corrupt?)", path);
+        goto fail;
+    }
+    rc = detect_format(source->file, &source->format);
+    zm__hdf5_unlock();
+    if (rc != 0) {
+        rc = zm_err_set(err, -EINVAL,
+                        "%s: an HDF5 file, but not an AnnData .h5ad (/obs and /var), a loom file "
+                        "(/matrix, /row_attrs, /col_attrs) or a 10x Genomics .h5 (/matrix or "
+                        "/<genome> with barcodes, data, indices, indptr, shape)", path);
+        goto fail;
+    }
+
+    unsigned threads = options && options->threads ? options->threads : 0;
+    size_t cache_bytes = options && options->chunk_cache_bytes ? options->chunk_cache_bytes
+                                                                : DEFAULT_CACHE_BYTES;
+    if ((rc = zm__pool_create(threads, &source->pool)) != 0 ||
+        (rc = zm__chunk_cache_create(cache_bytes, &source->cache)) != 0) {
+        rc = zm_err_set(err, rc, "%s: cannot start the decode threads or cache", path);
+        goto fail;
+    }
+
+    switch (source->format) {
+    case ZM_FORMAT_H5AD:
+        rc = zm__read_h5ad(source, err);
+        break;
+    case ZM_FORMAT_LOOM:
+        rc = zm__read_loom(source, err);
+        break;
+    case ZM_FORMAT_10X_V3:
+    case ZM_FORMAT_10X_V2:
+        rc = zm__read_10x(source, err);
+        break;
+    }
+    if (rc == 0)
+        rc = zm__validate(source, err);
+    if (rc != 0)
+        goto fail;
+    *out = source;
+    return 0;
+
+fail:
+    zm_source_close(source);
+    return rc;
+}
+
+void zm_source_close(zm_source *source)
+{
+    if (source == NULL)
+        return;
+    zm__pool_destroy(source->pool);
+    zm__chunk_cache_destroy(source->cache);
+    zm__element_free(source->root);
+    zm__hdf5_lock();
+    for (size_t i = 0; i < source->array_count; i++)
+        zm__array_free(source->arrays[i]);
+    if (source->file >= 0)
+        H5Fclose(source->file);
+    zm__hdf5_unlock();
+    free(source->arrays);
+    for (size_t i = 0; i < source->skipped_count; i++)
+        free(source->skipped_list[i]);
+    free(source->skipped_list);
+    if (source->fd >= 0)
+        close(source->fd);
+    free(source->path);
+    free(source);
+}
+
+void zm_source_get_stats(zm_source *source, zm_source_stats *stats)
+{
+    memset(stats, 0, sizeof *stats);
+    stats->chunks_decoded = source->chunks_decoded;
+    stats->bytes_read = source->bytes_read;
+    stats->hdf5_reads = source->hdf5_reads;
+    zm__chunk_cache_stats c;
+    zm__chunk_cache_get_stats(source->cache, &c);
+    stats->cache_hits = c.hits;
+    stats->cache_misses = c.misses;
+    stats->cache_evictions = c.evictions;
+    stats->cache_bytes = c.bytes_held;
+}

@@ -1,0 +1,155 @@
+/* Internal to the source module: the structures behind zm_source and
+ * zm_array, and the pieces the format readers share. */
+#ifndef ZARRMOUNT_SOURCE_INTERNAL_H
+#define ZARRMOUNT_SOURCE_INTERNAL_H
+
+#include <hdf5.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "source/chunk_cache.h"
+#include "source/filters.h"
+#include "source/pool.h"
+#include "zarrmount/source.h"
+
+/* HDF5 is one library-wide state: every call into it happens under this
+ * lock, and nothing slow (pread, decoding) happens while it is held. */
+void zm__hdf5_lock(void);
+void zm__hdf5_unlock(void);
+
+struct zm_array {
+    zm_array_info info;
+    char *file_path;       /* storage behind info.file_path */
+    char *reason;          /* storage behind info.path_reason */
+    uint64_t serial;       /* unique per array in the process: cache keys */
+
+    hid_t dataset;         /* open while the source is (H5I_INVALID_HID for memory) */
+    hid_t stored_type;     /* the dataset's (or field's) file type */
+    char *field;           /* ZM_LAYOUT_FIELD: the compound member's name */
+    size_t stored_size;    /* bytes per value on disk (fixed strings: their length) */
+    int vlen_string;       /* variable-length strings */
+    int string_is_utf8;
+
+    /* Storage geometry, in storage order. */
+    unsigned storage_rank;
+    uint64_t storage_shape[ZM_MAX_RANK];
+    uint64_t chunk[ZM_MAX_RANK];
+    uint64_t grid[ZM_MAX_RANK];   /* chunks along each dimension */
+    uint64_t chunk_count;         /* product of grid */
+    uint64_t contiguous_offset;   /* contiguous: file offset of the values */
+    zm__filter filters[ZM__FILTER_MAX];
+    unsigned filter_count;
+    uint8_t fill[16];             /* fill value of unallocated chunks (native) */
+
+    /* The chunk index, built once when first needed. */
+    pthread_mutex_t index_mutex;
+    _Atomic int index_built;      /* 1 once built (or failed: index_status) */
+    int index_status;
+    zm_err index_err;
+    uint64_t *chunk_address;      /* per chunk (row-major over grid); UINT64_MAX: unallocated */
+    uint32_t *chunk_stored_size;
+    uint32_t *chunk_filter_mask;
+
+    /* Values every read checks (indices below their dimension, codes below
+     * their category count): a file whose parts disagree gives an error,
+     * never silent garbage. */
+    int check_values;
+    int64_t value_min, value_limit; /* allowed: value_min ≤ v < value_limit */
+    char *check_what;               /* "indices of X", for the message */
+
+    /* ZM_PATH_MEMORY: values made or held at open. */
+    void *memory;                 /* numeric values, native */
+    zm_strings memory_strings;    /* string values */
+};
+
+struct zm_source {
+    char *path;
+    int fd;
+    hid_t file;
+    zm_source_format format;
+    zm_source_identity identity;
+    uint64_t n_obs, n_vars;
+    zm_element *root;
+    zm__pool *pool;
+    zm__chunk_cache *cache;
+    /* Every array, to close and free them. */
+    zm_array **arrays;
+    size_t array_count, array_capacity;
+    /* Elements the model leaves out, each with why (for inspect). */
+    char **skipped_list;
+    size_t skipped_count;
+    _Atomic uint64_t chunks_decoded, bytes_read, hdf5_reads;
+};
+
+/* ---- Building the model (model.c) ------------------------------------------- */
+
+zm_element *zm__element_new(zm_element_kind kind, const char *parent_path, const char *name);
+void zm__element_free(zm_element *element);
+int zm__element_add_child(zm_element *parent, zm_element *child);
+/* Sets encoding and what the file held; strings are copied where owned. */
+void zm__element_set_encoding(zm_element *element, const char *type, const char *version);
+void zm__element_set_stored_as(zm_element *element, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Sets an element's shape (and rank) from an array's presented shape. */
+void zm__element_shape_from(zm_element *element, const zm_array *array);
+/* Orders a dict's children by name. */
+void zm__element_sort_children(zm_element *element);
+
+/* ---- HDF5 helpers (hdf5.c); call with the HDF5 lock held --------------------- */
+
+/* Describes a dataset (or one member of a compound dataset) as an array and
+ * registers it with the source. presented_transposed: a 2-d dataset shown
+ * as its transpose. */
+int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, const char *field,
+                   int presented_transposed, zm_array **out, zm_err *err);
+/* An array held in memory: numeric values (copied) or strings (taken). */
+int zm__array_memory(zm_source *source, const char *label, zm_dtype dtype, unsigned rank,
+                     const uint64_t *shape, const void *values, zm_strings *strings,
+                     zm_array **out, zm_err *err);
+void zm__array_free(zm_array *array);
+
+int zm__h5_exists(hid_t location, const char *path);
+/* H5O_TYPE_GROUP, H5O_TYPE_DATASET, or -1. */
+int zm__h5_object_type(hid_t location, const char *path);
+int zm__h5_has_attribute(hid_t location, const char *object, const char *name);
+/* A string attribute (fixed or variable length, scalar or one element);
+ * malloc'd into *out. -ENOENT when absent. */
+int zm__h5_attribute_string(hid_t location, const char *object, const char *name, char **out);
+/* An integer array attribute; *values malloc'd. */
+int zm__h5_attribute_integers(hid_t location, const char *object, const char *name,
+                              int64_t **values, size_t *count);
+/* A string array attribute (e.g. column-order); *out holds count strings. */
+int zm__h5_attribute_strings(hid_t location, const char *object, const char *name,
+                             zm_strings *out);
+int zm__h5_attribute_bool(hid_t location, const char *object, const char *name, int *value);
+/* An object reference attribute, resolved to the referenced object's path. */
+int zm__h5_attribute_reference(hid_t location, const char *object, const char *name,
+                               char **path);
+/* Names of a group's links, in name order. */
+int zm__h5_list(hid_t location, const char *group, zm_strings *names);
+/* The members of a compound dataset. */
+int zm__h5_compound_members(hid_t location, const char *dataset, zm_strings *names);
+
+/* HDF5-path reads (hdf5.c); they take the HDF5 lock themselves. */
+int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
+                       void *out, zm_err *err);
+int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
+                        zm_strings *out, zm_err *err);
+/* Builds the chunk index of a chunked array (with the HDF5 lock held). */
+int zm__h5_chunk_index(zm_array *array, zm_err *err);
+
+/* ---- Format readers -------------------------------------------------------------- */
+
+int zm__read_h5ad(zm_source *source, zm_err *err);
+int zm__read_loom(zm_source *source, zm_err *err);
+int zm__read_10x(zm_source *source, zm_err *err);
+
+/* Records an element the model leaves out and why. */
+void zm__source_skip(zm_source *source, const char *path, const char *why);
+/* Makes reads of array check every value is in [min, limit). */
+int zm__array_check_values(zm_array *array, int64_t min, int64_t limit, const char *what);
+
+/* Checks the model's parts agree (shapes, indptr, indices, codes). */
+int zm__validate(zm_source *source, zm_err *err);
+
+#endif

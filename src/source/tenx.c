@@ -1,0 +1,181 @@
+/* 10x Genomics Cell Ranger .h5, presented as scanpy's read_10x_h5 does: the
+ * matrix's per-barcode pointers make it CSR of cells × features; obs is
+ * indexed by barcode; var by feature name with gene_ids, feature_types and
+ * genome columns (v3) or gene_ids (v2). Every feature type is kept (scanpy's
+ * gex_only=False): a multi-modal run's antibody features appear as genes
+ * with their feature_types value. A v2 file with several genomes presents
+ * the first (by name); the others are listed as skipped. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "source/formats.h"
+#include "source/source_internal.h"
+
+static int add_column(zm_source *source, zm_element *df, const char *h5path, const char *name,
+                      zm_err *err)
+{
+    if (zm__h5_object_type(source->file, h5path) != H5O_TYPE_DATASET)
+        return 0;
+    zm_element *e = NULL;
+    int rc = zm__array_element(source, h5path, NULL, 0, df->path, name, &e, err);
+    if (rc != 0)
+        return rc;
+    zm__element_set_stored_as(e, "10x %s", h5path);
+    if (e->rank != 1 || e->shape[0] != df->shape[0]) {
+        zm__element_free(e);
+        return zm_err_set(err, -EINVAL, "%s: expected %llu values", h5path,
+                          (unsigned long long)df->shape[0]);
+    }
+    return zm__element_add_child(df, e);
+}
+
+static zm_element *dataframe(const char *name)
+{
+    zm_element *df = zm__element_new(ZM_ELEMENT_DATAFRAME, "", name);
+    if (df) {
+        zm__element_set_encoding(df, "dataframe", "0.2.0");
+        df->rank = 1;
+    }
+    return df;
+}
+
+int zm__read_10x(zm_source *source, zm_err *err)
+{
+    zm__hdf5_lock();
+    int rc = 0;
+    char group[512] = "/matrix";
+    if (source->format == ZM_FORMAT_10X_V2) {
+        /* The first genome group by name. */
+        zm_strings names;
+        rc = zm__h5_list(source->file, "/", &names);
+        int chosen = 0;
+        for (size_t g = 0; rc == 0 && g < names.count; g++) {
+            char candidate[512], genes[640];
+            snprintf(candidate, sizeof candidate, "/%.*s",
+                     (int)(names.offsets[g + 1] - names.offsets[g]), names.bytes + names.offsets[g]);
+            snprintf(genes, sizeof genes, "%s/genes", candidate);
+            if (zm__h5_object_type(source->file, genes) != H5O_TYPE_DATASET)
+                continue;
+            if (!chosen) {
+                snprintf(group, sizeof group, "%s", candidate);
+                chosen = 1;
+            } else {
+                zm__source_skip(source, candidate,
+                                "another genome: a v2 file with several genomes presents the first");
+            }
+        }
+        zm_strings_free(&names);
+    }
+
+    zm_element *root = zm__element_new(ZM_ELEMENT_DICT, "", "");
+    if (root == NULL) {
+        zm__hdf5_unlock();
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    }
+    source->root = root;
+    zm__element_set_encoding(root, "anndata", "0.1.0");
+    zm__element_set_stored_as(root, "10x Genomics %s, %s", zm_source_format_name(source->format),
+                              group);
+
+    /* shape = [features, barcodes]. */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/shape", group);
+    zm_array *shape_array = NULL;
+    int64_t *shape = NULL;
+    rc = zm__array_open(source, source->file, path, NULL, 0, &shape_array, err);
+    if (rc == 0 && zm_array_describe(shape_array)->shape[0] != 2)
+        rc = zm_err_set(err, -EINVAL, "%s: shape must hold 2 values", path);
+    if (rc == 0)
+        rc = zm__read_whole(source, shape_array, 0, (void **)&shape, err);
+    if (rc == 0 && (shape[0] < 0 || shape[1] < 0))
+        rc = zm_err_set(err, -EINVAL, "%s: a negative shape", path);
+    if (rc == 0) {
+        source->n_vars = (uint64_t)shape[0];
+        source->n_obs = (uint64_t)shape[1];
+    }
+    free(shape);
+
+    zm_element *x = NULL;
+    if (rc == 0) {
+        x = zm__element_new(ZM_ELEMENT_SPARSE, "", "X");
+        rc = x ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
+    }
+    static const char *const parts[] = {"data", "indices", "indptr"};
+    for (int i = 0; rc == 0 && i < 3; i++) {
+        zm_array **target = i == 0 ? &x->values : i == 1 ? &x->indices : &x->indptr;
+        snprintf(path, sizeof path, "%s/%s", group, parts[i]);
+        rc = zm__array_open(source, source->file, path, NULL, 0, target, err);
+    }
+    if (rc == 0) {
+        x->sparse_format = ZM_SPARSE_CSR;
+        x->rank = 2;
+        x->shape[0] = source->n_obs;
+        x->shape[1] = source->n_vars;
+        zm__element_set_encoding(x, "csr_matrix", "0.1.0");
+        zm__element_set_stored_as(x, "10x matrix (features × barcodes, per-barcode pointers)");
+        rc = zm__element_add_child(root, x);
+    } else {
+        zm__element_free(x);
+    }
+
+    zm_element *obs = rc == 0 ? dataframe("obs") : NULL;
+    if (rc == 0 && obs == NULL)
+        rc = zm_err_set(err, -ENOMEM, "out of memory");
+    if (rc == 0) {
+        obs->shape[0] = source->n_obs;
+        snprintf(path, sizeof path, "%s/barcodes", group);
+        rc = zm__array_element(source, path, NULL, 0, obs->path, "_index", &obs->index, err);
+        obs->index_name = strdup("_index");
+        zm__element_set_stored_as(obs, "10x barcodes");
+        if (rc == 0 && (obs->index->rank != 1 || obs->index->shape[0] != source->n_obs))
+            rc = zm_err_set(err, -EINVAL, "%s: %llu barcodes for %llu cells", path,
+                            (unsigned long long)obs->index->shape[0], (unsigned long long)source->n_obs);
+        if (rc == 0)
+            rc = zm__element_add_child(root, obs);
+        else
+            zm__element_free(obs);
+    }
+
+    zm_element *var = rc == 0 ? dataframe("var") : NULL;
+    if (rc == 0 && var == NULL)
+        rc = zm_err_set(err, -ENOMEM, "out of memory");
+    if (rc == 0) {
+        var->shape[0] = source->n_vars;
+        int v3 = source->format == ZM_FORMAT_10X_V3;
+        snprintf(path, sizeof path, v3 ? "%s/features/name" : "%s/gene_names", group);
+        rc = zm__array_element(source, path, NULL, 0, var->path, "_index", &var->index, err);
+        var->index_name = strdup("_index");
+        zm__element_set_stored_as(var, v3 ? "10x features" : "10x genes");
+        if (rc == 0 && (var->index->rank != 1 || var->index->shape[0] != source->n_vars))
+            rc = zm_err_set(err, -EINVAL, "%s: %llu names for %llu features", path,
+                            (unsigned long long)var->index->shape[0], (unsigned long long)source->n_vars);
+        if (rc == 0) {
+            snprintf(path, sizeof path, v3 ? "%s/features/id" : "%s/genes", group);
+            rc = add_column(source, var, path, "gene_ids", err);
+        }
+        if (rc == 0 && v3) {
+            snprintf(path, sizeof path, "%s/features/feature_type", group);
+            rc = add_column(source, var, path, "feature_types", err);
+            snprintf(path, sizeof path, "%s/features/genome", group);
+            if (rc == 0)
+                rc = add_column(source, var, path, "genome", err);
+        }
+        if (rc == 0)
+            rc = zm__element_add_child(root, var);
+        else
+            zm__element_free(var);
+    }
+    zm__hdf5_unlock();
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < root->child_count; i++) {
+        zm_element *e = root->children[i];
+        if (!strcmp(e->name, "X"))
+            zm__set_axes(e, ZM_AXIS_OBS, ZM_AXIS_VAR);
+        else
+            zm__set_axes(e, !strcmp(e->name, "var") ? ZM_AXIS_VAR : ZM_AXIS_OBS, ZM_AXIS_NONE);
+    }
+    return 0;
+}

@@ -1,0 +1,125 @@
+/* Checks that a source's parts agree before anything is served from it:
+ * lengths along each axis, sparse pointers, and (on every read) indices and
+ * category codes within their bounds. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "source/formats.h"
+#include "source/source_internal.h"
+
+int zm__array_check_values(zm_array *array, int64_t min, int64_t limit, const char *what)
+{
+    array->check_values = 1;
+    array->value_min = min;
+    array->value_limit = limit;
+    free(array->check_what);
+    array->check_what = strdup(what);
+    return array->check_what ? 0 : -ENOMEM;
+}
+
+static uint64_t axis_length(const zm_source *source, zm_axis axis, uint64_t raw_vars)
+{
+    switch (axis) {
+    case ZM_AXIS_OBS:
+        return source->n_obs;
+    case ZM_AXIS_VAR:
+        return source->n_vars;
+    case ZM_AXIS_RAW_VAR:
+        return raw_vars;
+    default:
+        return UINT64_MAX;
+    }
+}
+
+static const char *axis_name(zm_axis axis)
+{
+    return axis == ZM_AXIS_OBS ? "cells" : axis == ZM_AXIS_VAR ? "genes" : "raw genes";
+}
+
+static int check_sparse(zm_source *source, zm_element *e, zm_err *err)
+{
+    const zm_array_info *data = zm_array_describe(e->values);
+    const zm_array_info *indices = zm_array_describe(e->indices);
+    const zm_array_info *indptr = zm_array_describe(e->indptr);
+    int csr = e->sparse_format == ZM_SPARSE_CSR;
+    uint64_t major = csr ? e->shape[0] : e->shape[1], minor = csr ? e->shape[1] : e->shape[0];
+    if (indptr->shape[0] != major + 1)
+        return zm_err_set(err, -EINVAL, "%s: indptr has %" PRIu64 " entries, expected %" PRIu64
+                          " (one more than its %" PRIu64 " %s)", e->path, indptr->shape[0], major + 1,
+                          major, csr ? "rows" : "columns");
+    if (data->shape[0] != indices->shape[0])
+        return zm_err_set(err, -EINVAL, "%s: data has %" PRIu64 " values but indices %" PRIu64,
+                          e->path, data->shape[0], indices->shape[0]);
+    int64_t *pointers = NULL;
+    int rc = zm__read_whole(source, e->indptr, 0, (void **)&pointers, err);
+    if (rc != 0)
+        return rc;
+    if (pointers[0] != 0)
+        rc = zm_err_set(err, -EINVAL, "%s: indptr starts at %" PRId64 ", not 0", e->path, pointers[0]);
+    for (uint64_t i = 1; rc == 0 && i <= major; i++)
+        if (pointers[i] < pointers[i - 1])
+            rc = zm_err_set(err, -EINVAL, "%s: indptr is not monotone (entry %" PRIu64 " is %" PRId64
+                            " after %" PRId64 ")", e->path, i, pointers[i], pointers[i - 1]);
+    if (rc == 0 && (uint64_t)pointers[major] != data->shape[0])
+        rc = zm_err_set(err, -EINVAL, "%s: indptr ends at %" PRId64 " but there are %" PRIu64
+                        " stored values", e->path, pointers[major], data->shape[0]);
+    free(pointers);
+    if (rc == 0) {
+        char what[512];
+        snprintf(what, sizeof what, "indices of %s", e->path);
+        rc = zm__array_check_values(e->indices, 0, (int64_t)minor, what);
+    }
+    return rc;
+}
+
+static int check(zm_source *source, zm_element *e, uint64_t raw_vars, zm_err *err)
+{
+    for (int d = 0; d < 2 && d < (int)(e->rank ? e->rank : 1); d++) {
+        uint64_t want = axis_length(source, e->axes[d], raw_vars);
+        if (want == UINT64_MAX || e->kind == ZM_ELEMENT_DICT)
+            continue;
+        if (e->rank <= (unsigned)d || e->shape[d] != want)
+            return zm_err_set(err, -EINVAL, "%s: %" PRIu64 " along dimension %d, but there are %" PRIu64
+                              " %s", e->path, e->rank > (unsigned)d ? e->shape[d] : 0, d, want,
+                              axis_name(e->axes[d]));
+    }
+    int rc = 0;
+    switch (e->kind) {
+    case ZM_ELEMENT_SPARSE:
+        rc = check_sparse(source, e, err);
+        break;
+    case ZM_ELEMENT_CATEGORICAL: {
+        char what[512];
+        snprintf(what, sizeof what, "codes of %s", e->path);
+        rc = zm__array_check_values(e->values, -1, (int64_t)e->categories->shape[0], what);
+        break;
+    }
+    case ZM_ELEMENT_DATAFRAME:
+        for (size_t i = 0; rc == 0 && i < e->child_count; i++)
+            if (e->children[i]->shape[0] != e->shape[0])
+                rc = zm_err_set(err, -EINVAL, "%s: %" PRIu64 " values, but its dataframe has %" PRIu64
+                                " rows", e->children[i]->path, e->children[i]->shape[0], e->shape[0]);
+        break;
+    default:
+        break;
+    }
+    for (size_t i = 0; rc == 0 && i < e->child_count; i++)
+        rc = check(source, e->children[i], raw_vars, err);
+    if (rc == 0 && e->kind == ZM_ELEMENT_DATAFRAME)
+        for (size_t i = 0; rc == 0 && i < e->child_count; i++)
+            ; /* columns checked above */
+    return rc;
+}
+
+int zm__validate(zm_source *source, zm_err *err)
+{
+    const zm_element *raw_var = zm_source_find(source, "raw/var");
+    uint64_t raw_vars = raw_var ? raw_var->shape[0] : UINT64_MAX;
+    const zm_element *raw_x = zm_source_find(source, "raw/X");
+    if (raw_x && !raw_var)
+        raw_vars = raw_x->rank == 2 ? raw_x->shape[1] : 0;
+    return check(source, source->root, raw_vars, err);
+}
