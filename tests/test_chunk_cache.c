@@ -269,7 +269,10 @@ Test(chunk_cache, failed_load_reaches_every_waiter_and_is_not_kept)
 {
     zm__chunk_cache *cache;
     cr_assert_eq(zm__chunk_cache_create(1 << 20, &cache), 0);
-    loader_state l = {.key = 5, .size = 64, .delay_us = 100000, .fail = -EIO,
+    loader_state l = {.key = 5,
+                      .size = 64,
+                      .delay_us = 100000,
+                      .fail = -EIO,
                       .reason = "chunk 5: deflate: stream corrupt (invalid distance too far back)"};
     getter g[8];
     run_getters(cache, 5, &l, 8, g);

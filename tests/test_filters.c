@@ -12,8 +12,9 @@
  * must be refused, and a few properties are checked on
  * inputs built here with zlib, libzstd and c-blosc.
  *
- * The vectors file is found through $ZM_FILTER_VECTORS, else next to this
- * source file (as compiled), else under tests/ of the working directory.
+ * The vectors file is found through $ZM_FILTER_VECTORS, else under
+ * $ZM_SOURCE_ROOT/tests, else next to this source file (as compiled), else
+ * under tests/ of the working directory.
  */
 #include <blosc.h>
 #include <criterion/criterion.h>
@@ -107,9 +108,14 @@ static gzFile open_vectors(void)
     const char *env = getenv("ZM_FILTER_VECTORS");
     if (env != NULL && env[0] != '\0')
         return gzopen(env, "rb");
+    char path[4096];
+    const char *root = getenv("ZM_SOURCE_ROOT");
+    if (root != NULL && root[0] != '\0') {
+        snprintf(path, sizeof path, "%s/tests/data/filters/vectors.bin.gz", root);
+        return gzopen(path, "rb");
+    }
     /* Next to this file: __FILE__ is the path the compiler was given,
      * relative to where it ran, which is where tests usually run too. */
-    char path[4096];
     const char *slash = strrchr(__FILE__, '/');
     int dir = slash ? (int)(slash - __FILE__) : 0;
     snprintf(path, sizeof path, "%.*s%sdata/filters/vectors.bin.gz", dir, __FILE__,
@@ -375,8 +381,7 @@ static void flip_all(unsigned char pattern)
                 failed++;
             }
             if (outer == ZM__FILTER_FLETCHER32)
-                cr_assert_neq(rc, 0, "%s byte %zu: fletcher32 missed a changed byte", v->name,
-                              pos);
+                cr_assert_neq(rc, 0, "%s byte %zu: fletcher32 missed a changed byte", v->name, pos);
             free(out);
         }
         if (outer == ZM__FILTER_DEFLATE)
@@ -452,8 +457,7 @@ Test(filters, wrong_raw_size_fails)
     load_vectors(&vs);
     for (size_t i = 0; i < vs.n; i++) {
         const vector *v = &vs.v[i];
-        size_t sizes[] = {0, 1, v->raw_size - 1, v->raw_size + 1, v->raw_size * 2,
-                          v->raw_size / 2};
+        size_t sizes[] = {0, 1, v->raw_size - 1, v->raw_size + 1, v->raw_size * 2, v->raw_size / 2};
         for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
             zm_err err;
             int rc = decode(v, v->stored, v->stored_size, sizes[k], NULL, &err);
@@ -596,10 +600,10 @@ Test(filters, unshuffle_leftover_bytes_stay_in_place)
 {
     /* 3 elements of 4 bytes, then 2 leftover bytes, as HDF5 shuffles them:
      * byte 0 of each element, byte 1 of each, ..., then the leftovers. */
-    const uint8_t shuffled[] = {0x10, 0x20, 0x30, 0x11, 0x21, 0x31, 0x12, 0x22,
-                                0x32, 0x13, 0x23, 0x33, 0xaa, 0xbb};
-    const uint8_t plain[] = {0x10, 0x11, 0x12, 0x13, 0x20, 0x21, 0x22, 0x23,
-                             0x30, 0x31, 0x32, 0x33, 0xaa, 0xbb};
+    const uint8_t shuffled[] = {0x10, 0x20, 0x30, 0x11, 0x21, 0x31, 0x12,
+                                0x22, 0x32, 0x13, 0x23, 0x33, 0xaa, 0xbb};
+    const uint8_t plain[] = {0x10, 0x11, 0x12, 0x13, 0x20, 0x21, 0x22,
+                             0x23, 0x30, 0x31, 0x32, 0x33, 0xaa, 0xbb};
     zm__filter f = {.id = ZM__FILTER_SHUFFLE, .cd_count = 1, .cd_values = {4}};
     uint8_t out[sizeof plain];
     zm_err err;
@@ -632,13 +636,11 @@ Test(filters, shuffle_element_size_from_cd_values_or_dataset)
     /* ...and the dataset's element size is used when cd_values has none. */
     f.cd_count = 0;
     vector v2 = *v;
-    cr_assert_eq(decode_with(&v2, &f, 1, 0, v->stored, v->stored_size, v->raw_size, &out, &err),
-                 0);
+    cr_assert_eq(decode_with(&v2, &f, 1, 0, v->stored, v->stored_size, v->raw_size, &out, &err), 0);
     cr_assert(memcmp(out, v->expected, v->raw_size) == 0);
     free(out);
     v2.element_size = 4;
-    cr_assert_eq(decode_with(&v2, &f, 1, 0, v->stored, v->stored_size, v->raw_size, &out, &err),
-                 0);
+    cr_assert_eq(decode_with(&v2, &f, 1, 0, v->stored, v->stored_size, v->raw_size, &out, &err), 0);
     cr_assert(memcmp(out, v->expected, v->raw_size) != 0);
     free(out);
     v2.element_size = 0;
@@ -657,15 +659,15 @@ Test(filters, filter_mask_skips_filters)
     const vector *v = find(&vs, "deflate9_f4");
     zm_err err;
     /* Skipping deflate makes the stored bytes the raw chunk: wrong size. */
-    cr_assert_eq(decode_with(v, v->filters, v->count, 1, v->stored, v->stored_size, v->raw_size,
-                             NULL, &err),
-                 -EIO);
+    cr_assert_eq(
+        decode_with(v, v->filters, v->count, 1, v->stored, v->stored_size, v->raw_size, NULL, &err),
+        -EIO);
     cr_assert(strstr(err.reason, "every filter skipped"), "%s", err.reason);
     /* With every filter skipped, the stored bytes come back as they are. */
     uint8_t *out;
-    cr_assert_eq(decode_with(v, v->filters, v->count, 1, v->expected, v->raw_size, v->raw_size,
-                             &out, &err),
-                 0);
+    cr_assert_eq(
+        decode_with(v, v->filters, v->count, 1, v->expected, v->raw_size, v->raw_size, &out, &err),
+        0);
     cr_assert(memcmp(out, v->expected, v->raw_size) == 0);
     free(out);
     /* An unsupported filter that was skipped does not matter. */
@@ -714,9 +716,9 @@ Test(filters, unsupported_filters_are_named)
     memset(many, 0, sizeof many);
     for (int k = 0; k <= ZM__FILTER_MAX; k++)
         many[k].id = ZM__FILTER_SHUFFLE;
-    cr_assert_eq(zm__filter_decode(many, ZM__FILTER_MAX + 1, 0, 1, in, sizeof in, out, sizeof out,
-                                   &err),
-                 -ENOTSUP);
+    cr_assert_eq(
+        zm__filter_decode(many, ZM__FILTER_MAX + 1, 0, 1, in, sizeof in, out, sizeof out, &err),
+        -ENOTSUP);
 }
 
 /* ---- inputs built here -------------------------------------------------- */
@@ -763,8 +765,7 @@ Test(filters, large_chunks_round_trip)
     cr_assert(!ZSTD_isError(b));
     ZSTD_freeCCtx(cctx);
     zm__filter zstd = {.id = ZM__FILTER_ZSTD};
-    cr_assert_eq(zm__filter_decode(&zstd, 1, 0, 4, zs, a + b, out, raw, &err), 0, "%s",
-                 err.reason);
+    cr_assert_eq(zm__filter_decode(&zstd, 1, 0, 4, zs, a + b, out, raw, &err), 0, "%s", err.reason);
     cr_assert(memcmp(out, data, raw) == 0);
     cr_assert_eq(zm__filter_decode(&zstd, 1, 0, 4, zs, a + b, out, raw - 1, &err), -EIO);
     cr_assert_str_eq(err.reason, "zstd: decodes to more than the 1048587 bytes expected");
@@ -840,8 +841,8 @@ Test(filters, empty_and_tiny_inputs)
 {
     zm_err err;
     uint8_t out[8];
-    unsigned ids[] = {ZM__FILTER_DEFLATE, ZM__FILTER_LZF, ZM__FILTER_ZSTD, ZM__FILTER_BLOSC,
-                      ZM__FILTER_FLETCHER32, ZM__FILTER_SHUFFLE};
+    unsigned ids[] = {ZM__FILTER_DEFLATE, ZM__FILTER_LZF,        ZM__FILTER_ZSTD,
+                      ZM__FILTER_BLOSC,   ZM__FILTER_FLETCHER32, ZM__FILTER_SHUFFLE};
     for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++) {
         zm__filter f = {.id = ids[k], .cd_count = 1, .cd_values = {4}};
         uint8_t one = 0;

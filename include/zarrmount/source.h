@@ -102,6 +102,7 @@ typedef enum zm_element_kind {
     ZM_ELEMENT_DATAFRAME,    /* index and columns in order */
     ZM_ELEMENT_CATEGORICAL,  /* codes, categories, ordered */
     ZM_ELEMENT_NULLABLE,     /* nullable integer or boolean: values and mask */
+    ZM_ELEMENT_RECORDS,      /* a structured array (numpy rec-array): one child per field */
 } zm_element_kind;
 
 /* Which axis of the data set a dimension runs along. */
@@ -145,7 +146,9 @@ struct zm_element {
     zm_element *index;
     char *index_name;
     /* DICT: children by name (sorted as the file lists them); DATAFRAME: the
-     * columns in column order. */
+     * columns in column order; RECORDS: one array per field, in field order.
+     * A dataframe's index is named "_index" whatever the file calls it
+     * (index_name keeps the file's key). */
     size_t child_count;
     zm_element **children;
 };

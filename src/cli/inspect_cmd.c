@@ -16,6 +16,7 @@ static const char *kind_name(zm_element_kind kind)
         [ZM_ELEMENT_STRING_ARRAY] = "strings", [ZM_ELEMENT_SCALAR] = "scalar",
         [ZM_ELEMENT_SPARSE] = "sparse",       [ZM_ELEMENT_DATAFRAME] = "dataframe",
         [ZM_ELEMENT_CATEGORICAL] = "categorical", [ZM_ELEMENT_NULLABLE] = "nullable",
+        [ZM_ELEMENT_RECORDS] = "records",
     };
     return names[kind];
 }
@@ -171,11 +172,12 @@ static json_t *element_json(const zm_element *e)
     default:
         break;
     }
-    if (e->kind == ZM_ELEMENT_DICT || e->kind == ZM_ELEMENT_DATAFRAME) {
+    if (e->kind == ZM_ELEMENT_DICT || e->kind == ZM_ELEMENT_DATAFRAME || e->kind == ZM_ELEMENT_RECORDS) {
         json_t *children = json_array();
         for (size_t i = 0; i < e->child_count; i++)
             json_array_append_new(children, element_json(e->children[i]));
-        json_object_set_new(o, e->kind == ZM_ELEMENT_DICT ? "children" : "columns", children);
+        json_object_set_new(o, e->kind == ZM_ELEMENT_DICT ? "children"
+                               : e->kind == ZM_ELEMENT_RECORDS ? "fields" : "columns", children);
     }
     return o;
 }

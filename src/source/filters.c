@@ -137,8 +137,8 @@ static int zm__fletcher32_check(const uint8_t *src, size_t size, size_t *strippe
                           size);
     size_t body = size - ZM__FLETCHER_LEN;
     const uint8_t *s = src + body;
-    uint32_t stored = (uint32_t)s[0] | (uint32_t)s[1] << 8 | (uint32_t)s[2] << 16 |
-                      (uint32_t)s[3] << 24;
+    uint32_t stored =
+        (uint32_t)s[0] | (uint32_t)s[1] << 8 | (uint32_t)s[2] << 16 | (uint32_t)s[3] << 24;
     uint32_t sum = zm__fletcher32(src, body);
     uint32_t reversed = ((sum & 0x00ff00ffu) << 8) | ((sum >> 8) & 0x00ff00ffu);
     if (stored != sum && stored != reversed)
@@ -249,8 +249,8 @@ static int zm__inflate(const zm__filter *filter, const uint8_t *src, size_t src_
             result = zm_err_set(err, -EIO, "deflate: stream corrupt (%s)",
                                 zs.msg ? zs.msg : "invalid data");
         } else if (rc == Z_NEED_DICT) {
-            result = zm_err_set(err, -EIO,
-                                "deflate: stream corrupt (asks for a preset dictionary)");
+            result =
+                zm_err_set(err, -EIO, "deflate: stream corrupt (asks for a preset dictionary)");
         } else if (rc == Z_MEM_ERROR) {
             result = zm_err_set(err, -ENOMEM, "deflate: out of memory");
         } else {
@@ -605,8 +605,8 @@ int zm__filter_decode(const zm__filter *filters, unsigned count, unsigned filter
                 continue;
             }
         } else if (f->id == ZM__FILTER_SHUFFLE) {
-            size_t element = f->cd_count >= 1 && f->cd_values[0] != 0 ? f->cd_values[0]
-                                                                      : element_size;
+            size_t element =
+                f->cd_count >= 1 && f->cd_values[0] != 0 ? f->cd_values[0] : element_size;
             if (element == 0) {
                 rc = zm_err_set(err, -EIO, "shuffle: element size is 0");
                 break;

@@ -15,4 +15,11 @@ int zm__read_whole(zm_source *source, zm_array *array, int as_double, void **out
 /* Sets what an element's dimensions run along, through dataframes and dicts. */
 void zm__set_axes(zm_element *element, zm_axis first, zm_axis second);
 
+/* Gives an element (and everything under it) a new parent path. */
+int zm__element_repath(zm_element *element, const char *parent_path);
+/* Names a dataframe's index "_index" (the file's key stays in index_name). */
+int zm__element_name_index(zm_element *dataframe);
+/* Takes a named child out of a dict (the caller owns it), or NULL. */
+zm_element *zm__element_take_child(zm_element *parent, const char *name);
+
 #endif

@@ -223,11 +223,13 @@ static int maybe_referenced_categories(reader *r, const char *h5path, zm_element
                           h5path);
     zm_element *categories = NULL;
     int rc = dataset_element(r, target, NULL, "", "categories", &categories);
+    /* anndata 0.7 keeps "ordered" on the categories dataset. */
+    int ordered = 0;
+    if (zm__h5_attribute_bool(r->file, target, "ordered", &ordered) != 0)
+        zm__h5_attribute_bool(r->file, h5path, "ordered", &ordered);
     free(target);
     if (rc != 0)
         return rc;
-    int ordered = 0;
-    zm__h5_attribute_bool(r->file, h5path, "ordered", &ordered);
     zm_element *e = categorical_from(r, *column, categories, ordered);
     if (e == NULL)
         return fail_oom(r, h5path);
@@ -333,6 +335,59 @@ static int dict_group(reader *r, const char *h5path, const char *parent, const c
     return 0;
 }
 
+/* A structured (compound) array, anndata's rec-array: one array per field. */
+static int records_dataset(reader *r, const char *h5path, const char *parent, const char *name,
+                           zm_element **out)
+{
+    *out = NULL;
+    zm_strings members;
+    if (zm__h5_compound_members(r->file, h5path, &members) != 0)
+        return zm_err_set(r->err, -EINVAL, "%s: cannot read its structure", h5path);
+    zm_element *e = zm__element_new(ZM_ELEMENT_RECORDS, parent, name);
+    int rc = e ? 0 : fail_oom(r, h5path);
+    for (size_t i = 0; rc == 0 && i < members.count; i++) {
+        char member[512];
+        string_at(&members, i, member, sizeof member);
+        zm_element *c = NULL;
+        rc = dataset_element(r, h5path, member, e->path, member, &c);
+        if (rc == 0 && (c->rank != 1 || zm__element_add_child(e, c) != 0)) {
+            rc = c->rank != 1 ? zm_err_set(r->err, -ENOTSUP, "%s: field %s is not 1-d", h5path, member)
+                              : fail_oom(r, h5path);
+            zm__element_free(c);
+        }
+    }
+    zm_strings_free(&members);
+    if (rc == -ENOTSUP) {
+        zm__source_skip(r->source, h5path, r->err->reason);
+        zm_err_clear(r->err);
+        zm__element_free(e);
+        return 0;
+    }
+    if (rc != 0) {
+        zm__element_free(e);
+        return rc;
+    }
+    e->rank = 1;
+    e->shape[0] = e->child_count ? e->children[0]->shape[0] : 0;
+    zm__element_set_encoding(e, "rec-array", "0.2.0");
+    zm__element_set_stored_as(e, "compound dataset");
+    *out = e;
+    return 0;
+}
+
+/* Before anndata 0.7 a string was written as a one-element array of
+ * fixed-length bytes; anndata reads that back as a str scalar. */
+static void legacy_string_scalar(zm_element *e)
+{
+    if (e->kind != ZM_ELEMENT_STRING_ARRAY || e->rank != 1 || e->shape[0] != 1 ||
+        e->values->vlen_string)
+        return;
+    e->kind = ZM_ELEMENT_SCALAR;
+    e->rank = 0;
+    zm__element_set_encoding(e, "string", "0.2.0");
+    zm__element_set_stored_as(e, "one-element fixed-length string array (legacy scalar)");
+}
+
 /* Any element at h5path, by its encoding attributes or its shape. *out may
  * be NULL on success: an element the model leaves out (recorded). */
 static int read_any(reader *r, const char *h5path, const char *parent, const char *name,
@@ -380,10 +435,10 @@ static int read_any(reader *r, const char *h5path, const char *parent, const cha
         int reference = H5Tget_class(t) == H5T_REFERENCE;
         H5Tclose(t);
         H5Dclose(d);
-        if (compound || reference) {
-            zm__source_skip(r->source, h5path,
-                            compound ? "a structured (compound) array here is not supported"
-                                     : "an array of object references is not supported");
+        if (compound) {
+            rc = records_dataset(r, h5path, parent, name, out);
+        } else if (reference) {
+            zm__source_skip(r->source, h5path, "an array of object references is not supported");
         } else {
             rc = dataset_element(r, h5path, NULL, parent, name, out);
             if (rc == -ENOTSUP) {
@@ -394,6 +449,8 @@ static int read_any(reader *r, const char *h5path, const char *parent, const cha
             }
             if (rc == 0 && *out)
                 rc = maybe_referenced_categories(r, h5path, out);
+            if (rc == 0 && *out && !encoding)
+                legacy_string_scalar(*out);
             if (rc == 0 && *out && (*out)->stored_as == NULL)
                 zm__element_set_stored_as(*out, "dataset%s%s", encoding ? ", encoding " : "",
                                           encoding ? encoding : "");
@@ -592,6 +649,34 @@ static zm_element *child_named(zm_element *e, const char *name)
     return NULL;
 }
 
+/* anndata moves uns/neighbors/{distances, connectivities} (2-d matrices,
+ * written there before obsp existed) to obsp when it reads a file. */
+static int move_neighbors_matrices(reader *r, zm_element *root)
+{
+    zm_element *neighbors = child_named(child_named(root, "uns"), "neighbors");
+    static const char *const names[] = {"distances", "connectivities"};
+    for (int i = 0; neighbors && i < 2; i++) {
+        zm_element *m = child_named(neighbors, names[i]);
+        if (m == NULL || !(m->kind == ZM_ELEMENT_SPARSE || (m->kind == ZM_ELEMENT_ARRAY && m->rank == 2)))
+            continue;
+        zm_element *obsp = child_named(root, "obsp");
+        if (obsp == NULL) {
+            obsp = zm__element_new(ZM_ELEMENT_DICT, "", "obsp");
+            if (obsp == NULL || add(r, root, obsp) != 0)
+                return fail_oom(r, "obsp");
+            zm__element_set_encoding(obsp, "dict", "0.1.0");
+            zm__element_set_stored_as(obsp, "made by the reader for uns/neighbors matrices");
+        }
+        zm__element_take_child(neighbors, names[i]);
+        zm__element_free(zm__element_take_child(obsp, names[i]));
+        if (zm__element_repath(m, "obsp") != 0 || add(r, obsp, m) != 0)
+            return fail_oom(r, "obsp");
+        zm__set_axes(m, ZM_AXIS_OBS, ZM_AXIS_OBS);
+        zm__element_set_stored_as(m, "uns/neighbors/%s (moved to obsp, as anndata does)", names[i]);
+    }
+    return 0;
+}
+
 int zm__read_h5ad(zm_source *source, zm_err *err)
 {
     reader r = {source, source->file, err};
@@ -672,6 +757,8 @@ int zm__read_h5ad(zm_source *source, zm_err *err)
     }
     zm_strings_free(&used);
     zm__hdf5_unlock();
+    if (rc == 0)
+        rc = move_neighbors_matrices(&r, root);
     if (rc != 0)
         return rc;
 

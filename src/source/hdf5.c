@@ -809,7 +809,9 @@ int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *range
             H5Sclose(file_space);
             continue;
         }
-        uint64_t values = rows * (row_bytes / array->info.dtype.size);
+        /* A compound member is one memory element a row (the member may be
+         * an array of values); anything else one a value. */
+        uint64_t values = array->field ? rows : rows * (row_bytes / array->info.dtype.size);
         hsize_t mem_dims[1] = {values};
         hid_t mem_space = H5Screate_simple(1, mem_dims, NULL);
         void *target = at;

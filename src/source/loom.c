@@ -212,15 +212,45 @@ static int graph_element(zm_source *source, const char *h5path, uint64_t n, cons
         e = zm__element_new(ZM_ELEMENT_SPARSE, parent, name);
         uint64_t shape_data[1] = {nnz}, shape_indptr[1] = {n + 1};
         rc = e ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
+        /* As scipy builds it: data in w's type, 32-bit indices when they fit. */
+        zm_dtype w_type = zm_array_describe(parts[2])->dtype;
+        int narrow = n < INT32_MAX && nnz < INT32_MAX;
+        void *data_out = data, *indices_out = indices, *indptr_out = indptr;
+        float *data32 = NULL;
+        int32_t *indices32 = NULL, *indptr32 = NULL;
+        if (rc == 0 && w_type.type_class == ZM_TYPE_FLOAT && w_type.size == 4) {
+            data32 = malloc((nnz ? nnz : 1) * sizeof *data32);
+            for (uint64_t i = 0; data32 && i < nnz; i++)
+                data32[i] = (float)data[i];
+            data_out = data32;
+        } else {
+            w_type = (zm_dtype){ZM_TYPE_FLOAT, 8};
+        }
+        if (rc == 0 && narrow) {
+            indices32 = malloc((nnz ? nnz : 1) * sizeof *indices32);
+            indptr32 = malloc((n + 1) * sizeof *indptr32);
+            for (uint64_t i = 0; indices32 && i < nnz; i++)
+                indices32[i] = (int32_t)indices[i];
+            for (uint64_t i = 0; indptr32 && i <= n; i++)
+                indptr32[i] = (int32_t)indptr[i];
+            indices_out = indices32;
+            indptr_out = indptr32;
+        }
+        if (rc == 0 && (data_out == NULL || indices_out == NULL || indptr_out == NULL))
+            rc = zm_err_set(err, -ENOMEM, "out of memory reading %s", h5path);
+        zm_dtype index_type = {ZM_TYPE_INT, narrow ? 4 : 8};
         if (rc == 0)
-            rc = zm__array_memory(source, h5path, (zm_dtype){ZM_TYPE_FLOAT, 8}, 1, shape_data, data,
-                                  NULL, &e->values, err);
+            rc = zm__array_memory(source, h5path, w_type, 1, shape_data, data_out, NULL, &e->values,
+                                  err);
         if (rc == 0)
-            rc = zm__array_memory(source, h5path, (zm_dtype){ZM_TYPE_INT, 8}, 1, shape_data, indices,
-                                  NULL, &e->indices, err);
+            rc = zm__array_memory(source, h5path, index_type, 1, shape_data, indices_out, NULL,
+                                  &e->indices, err);
         if (rc == 0)
-            rc = zm__array_memory(source, h5path, (zm_dtype){ZM_TYPE_INT, 8}, 1, shape_indptr, indptr,
-                                  NULL, &e->indptr, err);
+            rc = zm__array_memory(source, h5path, index_type, 1, shape_indptr, indptr_out, NULL,
+                                  &e->indptr, err);
+        free(data32);
+        free(indices32);
+        free(indptr32);
         if (rc == 0) {
             e->sparse_format = ZM_SPARSE_CSR;
             e->rank = 2;
@@ -282,6 +312,10 @@ static int axis_attrs(zm_source *source, const char *h5group, const char *index_
         if (rc != 0)
             break;
         zm__element_set_stored_as(e, "loom attribute");
+        /* loompy escapes XML entities in stored strings and unescapes them
+         * when it reads; so do we. */
+        if (e->values->info.dtype.type_class == ZM_TYPE_STRING)
+            e->values->xml_unescape = 1;
         if (e->rank == 0 || e->shape[0] != n) {
             rc = zm_err_set(err, -EINVAL, "%s: %llu values, expected %llu", path,
                             (unsigned long long)(e->rank ? e->shape[0] : 0), (unsigned long long)n);

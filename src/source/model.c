@@ -149,3 +149,54 @@ size_t zm_source_skipped(const zm_source *source, const char *const **lines)
     *lines = (const char *const *)source->skipped_list;
     return source->skipped_count;
 }
+
+/* Gives an element (and everything under it) a new parent path. */
+int zm__element_repath(zm_element *e, const char *parent_path)
+{
+    size_t n = strlen(parent_path) + strlen(e->name) + 2;
+    char *path = malloc(n);
+    if (path == NULL)
+        return -ENOMEM;
+    if (parent_path[0] == '\0')
+        snprintf(path, n, "%s", e->name);
+    else
+        snprintf(path, n, "%s/%s", parent_path, e->name);
+    free(e->path);
+    e->path = path;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < e->child_count; i++)
+        rc = zm__element_repath(e->children[i], e->path);
+    if (rc == 0 && e->index)
+        rc = zm__element_repath(e->index, e->path);
+    if (rc == 0 && e->categories)
+        rc = zm__element_repath(e->categories, e->path);
+    return rc;
+}
+
+/* A dataframe's index is "_index" in the model, whatever the file calls it. */
+int zm__element_name_index(zm_element *df)
+{
+    if (df->index == NULL || strcmp(df->index->name, "_index") == 0)
+        return 0;
+    char *name = strdup("_index");
+    if (name == NULL)
+        return -ENOMEM;
+    free(df->index->name);
+    df->index->name = name;
+    return zm__element_repath(df->index, df->path);
+}
+
+/* Takes a child out of a dict, returning it (or NULL). */
+zm_element *zm__element_take_child(zm_element *parent, const char *name)
+{
+    for (size_t i = 0; parent && i < parent->child_count; i++) {
+        zm_element *c = parent->children[i];
+        if (strcmp(c->name, name) == 0) {
+            memmove(parent->children + i, parent->children + i + 1,
+                    (parent->child_count - i - 1) * sizeof *parent->children);
+            parent->child_count--;
+            return c;
+        }
+    }
+    return NULL;
+}

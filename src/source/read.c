@@ -272,6 +272,8 @@ static int gather_chunk(void *context, size_t task)
 static int gather_chunked(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
                           const uint64_t *out_row, uint8_t *out, zm_err *err)
 {
+    if (array->chunk_count == 0)
+        return 0; /* a dimension of length 0: no value to read */
     int rc = ensure_index(array, err);
     if (rc != 0)
         return rc;
@@ -492,6 +494,7 @@ static int rows_to_ranges(const zm_array *array, const uint64_t *rows, size_t co
     for (size_t i = 0; i < count; i++) {
         if (i > 0 && rows[i] <= rows[i - 1]) {
             free(*ranges);
+            *ranges = NULL;
             return zm_err_set(err, -EINVAL, "%s: rows must ascend (%llu after %llu)",
                               array->file_path, (unsigned long long)rows[i],
                               (unsigned long long)rows[i - 1]);
@@ -526,10 +529,104 @@ int zm_array_gather_ranges(zm_source *source, const zm_array *array, const zm_ra
     return read_ranges(source, array, ranges, count, out, err);
 }
 
+/* Writes code point c as UTF-8 at out; returns the bytes written. */
+static size_t put_utf8(char *out, uint32_t c)
+{
+    if (c < 0x80) {
+        out[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        out[0] = (char)(0xc0 | (c >> 6));
+        out[1] = (char)(0x80 | (c & 0x3f));
+        return 2;
+    }
+    if (c < 0x10000) {
+        out[0] = (char)(0xe0 | (c >> 12));
+        out[1] = (char)(0x80 | ((c >> 6) & 0x3f));
+        out[2] = (char)(0x80 | (c & 0x3f));
+        return 3;
+    }
+    out[0] = (char)(0xf0 | (c >> 18));
+    out[1] = (char)(0x80 | ((c >> 12) & 0x3f));
+    out[2] = (char)(0x80 | ((c >> 6) & 0x3f));
+    out[3] = (char)(0x80 | (c & 0x3f));
+    return 4;
+}
+
+/* Replaces XML character references (&#233; &#xE9;) and the five XML
+ * entities in every string, in place (each replacement is shorter): what
+ * loompy does (html.unescape) for the strings it stored escaped. */
+static void xml_unescape(zm_strings *s)
+{
+    static const struct {
+        const char *name;
+        char c;
+    } named[] = {{"amp;", '&'}, {"lt;", '<'}, {"gt;", '>'}, {"quot;", '"'}, {"apos;", '\''}};
+    uint64_t out = 0;
+    for (size_t i = 0; i < s->count; i++) {
+        uint64_t from = s->offsets[i], to = s->offsets[i + 1];
+        s->offsets[i] = out;
+        for (uint64_t j = from; j < to;) {
+            char *p = s->bytes + j;
+            if (*p == '&' && j + 1 < to) {
+                size_t replaced = 0;
+                if (p[1] == '#') {
+                    int hex = j + 2 < to && (p[2] == 'x' || p[2] == 'X');
+                    uint64_t k = j + 2 + (uint64_t)hex;
+                    uint32_t c = 0;
+                    int digits = 0;
+                    while (k < to && digits < 8 &&
+                           (hex ? strchr("0123456789abcdefABCDEF", s->bytes[k]) != NULL
+                                : (s->bytes[k] >= '0' && s->bytes[k] <= '9')) && s->bytes[k]) {
+                        char d = s->bytes[k];
+                        c = c * (hex ? 16 : 10) +
+                            (uint32_t)(d <= '9' ? d - '0' : (d | 0x20) - 'a' + 10);
+                        k++;
+                        digits++;
+                    }
+                    if (digits > 0 && k < to && s->bytes[k] == ';' && c > 0 && c <= 0x10ffff &&
+                        (c < 0xd800 || c > 0xdfff)) {
+                        out += put_utf8(s->bytes + out, c);
+                        j = k + 1;
+                        continue;
+                    }
+                } else {
+                    for (size_t e = 0; e < sizeof named / sizeof named[0] && !replaced; e++) {
+                        size_t n = strlen(named[e].name);
+                        if (j + 1 + n <= to && memcmp(p + 1, named[e].name, n) == 0) {
+                            s->bytes[out++] = named[e].c;
+                            j += 1 + n;
+                            replaced = 1;
+                        }
+                    }
+                    if (replaced)
+                        continue;
+                }
+            }
+            s->bytes[out++] = s->bytes[j++];
+        }
+    }
+    s->offsets[s->count] = out;
+    s->bytes[out] = '\0';
+}
+
+static int read_strings_raw(zm_source *source, zm_array *array, const uint64_t *rows,
+                            size_t count, zm_strings *out, zm_err *err);
+
 int zm_array_read_strings(zm_source *source, const zm_array *const_array, const uint64_t *rows,
                           size_t count, zm_strings *out, zm_err *err)
 {
     zm_array *array = (zm_array *)const_array;
+    int rc = read_strings_raw(source, array, rows, count, out, err);
+    if (rc == 0 && array->xml_unescape)
+        xml_unescape(out);
+    return rc;
+}
+
+static int read_strings_raw(zm_source *source, zm_array *array, const uint64_t *rows,
+                            size_t count, zm_strings *out, zm_err *err)
+{
     memset(out, 0, sizeof *out);
     if (array->info.dtype.type_class != ZM_TYPE_STRING)
         return zm_err_set(err, -EINVAL, "%s does not hold strings", array->file_path);

@@ -29,6 +29,7 @@ struct zm_array {
     size_t stored_size;    /* bytes per value on disk (fixed strings: their length) */
     int vlen_string;       /* variable-length strings */
     int string_is_utf8;
+    int xml_unescape;      /* loom: strings hold XML entities (&amp; ...) */
 
     /* Storage geometry, in storage order. */
     unsigned storage_rank;

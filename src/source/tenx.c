@@ -31,6 +31,46 @@ static int add_column(zm_source *source, zm_element *df, const char *h5path, con
     return zm__element_add_child(df, e);
 }
 
+/* 1-d datasets of a group with n values, other than the matrix's own parts
+ * and the columns already taken, as columns in name order. */
+static int extra_columns(zm_source *source, zm_element *df, const char *group, uint64_t n,
+                         zm_err *err)
+{
+    static const char *const taken[] = {"barcodes", "data", "indices", "indptr", "shape", "id",
+                                        "name", "feature_type", "genome", "_all_tag_keys"};
+    zm_strings names;
+    int rc = zm__h5_list(source->file, group, &names);
+    for (size_t i = 0; rc == 0 && i < names.count; i++) {
+        char key[512], path[1024];
+        snprintf(key, sizeof key, "%.*s", (int)(names.offsets[i + 1] - names.offsets[i]),
+                 names.bytes + names.offsets[i]);
+        int skip = 0;
+        for (size_t t = 0; t < sizeof taken / sizeof taken[0]; t++)
+            skip |= strcmp(key, taken[t]) == 0;
+        snprintf(path, sizeof path, "%s/%s", group, key);
+        if (skip || zm__h5_object_type(source->file, path) != H5O_TYPE_DATASET)
+            continue;
+        zm_element *e = NULL;
+        rc = zm__array_element(source, path, NULL, 0, df->path, key, &e, err);
+        if (rc == -ENOTSUP) {
+            zm__source_skip(source, path, err->reason);
+            zm_err_clear(err);
+            rc = 0;
+            continue;
+        }
+        if (rc == 0 && (e->rank != 1 || e->shape[0] != n)) {
+            zm__element_free(e); /* not one value per row: not a column */
+            continue;
+        }
+        if (rc == 0) {
+            zm__element_set_stored_as(e, "10x %s", path);
+            rc = zm__element_add_child(df, e);
+        }
+    }
+    zm_strings_free(&names);
+    return rc;
+}
+
 static zm_element *dataframe(const char *name)
 {
     zm_element *df = zm__element_new(ZM_ELEMENT_DATAFRAME, "", name);
@@ -128,6 +168,9 @@ int zm__read_10x(zm_source *source, zm_err *err)
         snprintf(path, sizeof path, "%s/barcodes", group);
         rc = zm__array_element(source, path, NULL, 0, obs->path, "_index", &obs->index, err);
         obs->index_name = strdup("_index");
+        /* Other 1-d datasets of /matrix with one value a barcode (v3). */
+        if (rc == 0 && source->format == ZM_FORMAT_10X_V3)
+            rc = extra_columns(source, obs, "/matrix", source->n_obs, err);
         zm__element_set_stored_as(obs, "10x barcodes");
         if (rc == 0 && (obs->index->rank != 1 || obs->index->shape[0] != source->n_obs))
             rc = zm_err_set(err, -EINVAL, "%s: %llu barcodes for %llu cells", path,
@@ -161,6 +204,8 @@ int zm__read_10x(zm_source *source, zm_err *err)
             snprintf(path, sizeof path, "%s/features/genome", group);
             if (rc == 0)
                 rc = add_column(source, var, path, "genome", err);
+            /* Then every other 1-d feature dataset, by name. */
+            rc = rc ? rc : extra_columns(source, var, "/matrix/features", source->n_vars, err);
         }
         if (rc == 0)
             rc = zm__element_add_child(root, var);

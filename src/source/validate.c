@@ -98,6 +98,8 @@ static int check(zm_source *source, zm_element *e, uint64_t raw_vars, zm_err *er
         break;
     }
     case ZM_ELEMENT_DATAFRAME:
+        if (zm__element_name_index(e) != 0)
+            rc = zm_err_set(err, -ENOMEM, "out of memory");
         for (size_t i = 0; rc == 0 && i < e->child_count; i++)
             if (e->children[i]->shape[0] != e->shape[0])
                 rc = zm_err_set(err, -EINVAL, "%s: %" PRIu64 " values, but its dataframe has %" PRIu64
@@ -108,9 +110,8 @@ static int check(zm_source *source, zm_element *e, uint64_t raw_vars, zm_err *er
     }
     for (size_t i = 0; rc == 0 && i < e->child_count; i++)
         rc = check(source, e->children[i], raw_vars, err);
-    if (rc == 0 && e->kind == ZM_ELEMENT_DATAFRAME)
-        for (size_t i = 0; rc == 0 && i < e->child_count; i++)
-            ; /* columns checked above */
+    if (rc == 0 && e->kind == ZM_ELEMENT_DATAFRAME && e->index)
+        rc = check(source, e->index, raw_vars, err);
     return rc;
 }
 

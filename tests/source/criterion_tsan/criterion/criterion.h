@@ -59,17 +59,17 @@ static void zm_shim_fail(const char *file, int line, const char *what, const cha
         if (!(cond))                                                                               \
             zm_shim_fail(__FILE__, __LINE__, #cond, "" __VA_ARGS__);                               \
     } while (0)
-#define zm_shim_cmp(a, op, b, ...) cr_assert((a)op(b), __VA_ARGS__)
-#define cr_assert_eq(a, b, ...) zm_shim_cmp(a, ==, b, __VA_ARGS__)
-#define cr_assert_neq(a, b, ...) zm_shim_cmp(a, !=, b, __VA_ARGS__)
-#define cr_assert_lt(a, b, ...) zm_shim_cmp(a, <, b, __VA_ARGS__)
-#define cr_assert_leq(a, b, ...) zm_shim_cmp(a, <=, b, __VA_ARGS__)
-#define cr_assert_gt(a, b, ...) zm_shim_cmp(a, >, b, __VA_ARGS__)
-#define cr_assert_geq(a, b, ...) zm_shim_cmp(a, >=, b, __VA_ARGS__)
-#define cr_assert_null(p, ...) cr_assert((p) == NULL, __VA_ARGS__)
-#define cr_assert_not_null(p, ...) cr_assert((p) != NULL, __VA_ARGS__)
+#define zm_shim_cmp(a, op, b, ...)  cr_assert((a)op(b), __VA_ARGS__)
+#define cr_assert_eq(a, b, ...)     zm_shim_cmp(a, ==, b, __VA_ARGS__)
+#define cr_assert_neq(a, b, ...)    zm_shim_cmp(a, !=, b, __VA_ARGS__)
+#define cr_assert_lt(a, b, ...)     zm_shim_cmp(a, <, b, __VA_ARGS__)
+#define cr_assert_leq(a, b, ...)    zm_shim_cmp(a, <=, b, __VA_ARGS__)
+#define cr_assert_gt(a, b, ...)     zm_shim_cmp(a, >, b, __VA_ARGS__)
+#define cr_assert_geq(a, b, ...)    zm_shim_cmp(a, >=, b, __VA_ARGS__)
+#define cr_assert_null(p, ...)      cr_assert((p) == NULL, __VA_ARGS__)
+#define cr_assert_not_null(p, ...)  cr_assert((p) != NULL, __VA_ARGS__)
 #define cr_assert_str_eq(a, b, ...) cr_assert(strcmp((a), (b)) == 0, __VA_ARGS__)
-#define cr_assert_fail(...) zm_shim_fail(__FILE__, __LINE__, "cr_assert_fail", "" __VA_ARGS__)
+#define cr_assert_fail(...)         zm_shim_fail(__FILE__, __LINE__, "cr_assert_fail", "" __VA_ARGS__)
 
 int main(void)
 {

@@ -1,0 +1,431 @@
+/* The source reader against what anndata, h5py and loompy read: every
+ * element of every fixture and every file in shared/data, whole and as a
+ * gather of rows. The reference comes from tests/source/dump_reference.py. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <nettle/sha2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zarrmount/source.h"
+
+static const char *source_root(void)
+{
+    const char *dir = getenv("ZM_SOURCE_ROOT");
+    return dir ? dir : ".";
+}
+
+static const char *shared_data(void)
+{
+    const char *dir = getenv("ZM_SHARED_DATA");
+    return dir ? dir : "../shared/data";
+}
+
+typedef struct hasher {
+    struct sha256_ctx ctx;
+} hasher;
+
+static void hash_init(hasher *h) { sha256_init(&h->ctx); }
+static void hash_bytes(hasher *h, const void *bytes, size_t n)
+{
+    sha256_update(&h->ctx, n, bytes);
+}
+static void hash_hex(hasher *h, char out[65])
+{
+    uint8_t d[SHA256_DIGEST_SIZE];
+    sha256_digest(&h->ctx, sizeof d, d);
+    for (int i = 0; i < SHA256_DIGEST_SIZE; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+/* The reference for a file (and the rows selection), from the Python dumper. */
+static json_t *reference(const char *file, const char *rows)
+{
+    char command[32768];
+    snprintf(command, sizeof command, "/usr/bin/python3 '%s/tests/source/dump_reference.py' '%s'%s%s",
+             source_root(), file, rows ? " --rows " : "", rows ? rows : "");
+    FILE *p = popen(command, "r");
+    cr_assert_not_null(p);
+    json_error_t error;
+    json_t *j = json_loadf(p, JSON_DECODE_INT_AS_REAL, &error); /* uint64 maxima in heads */
+    pclose(p);
+    cr_assert_not_null(j, "%s: the reference dumper printed no JSON (%s)", file, error.text);
+    return j;
+}
+
+static uint64_t rows_of(const zm_array *a)
+{
+    const zm_array_info *info = zm_array_describe(a);
+    return info->rank == 0 ? 1 : info->shape[0];
+}
+
+/* SHA-256 of an array's canonical bytes: numbers as stored (little-endian),
+ * strings as UTF-8 each followed by a NUL. rows NULL: every row. */
+static int array_sha(zm_source *s, const zm_array *a, const uint64_t *rows, size_t count,
+                     char out[65], zm_err *err)
+{
+    const zm_array_info *info = zm_array_describe(a);
+    hasher h;
+    hash_init(&h);
+    if (info->dtype.type_class == ZM_TYPE_STRING) {
+        zm_strings strings;
+        int rc = zm_array_read_strings(s, a, rows, count, &strings, err);
+        if (rc != 0)
+            return rc;
+        for (size_t i = 0; i < strings.count; i++) {
+            hash_bytes(&h, strings.bytes + strings.offsets[i], strings.offsets[i + 1] - strings.offsets[i]);
+            hash_bytes(&h, "", 1);
+        }
+        zm_strings_free(&strings);
+    } else {
+        uint64_t n = rows ? count : rows_of(a);
+        uint64_t bytes = n * zm_array_row_bytes(a);
+        uint8_t *buffer = malloc(bytes + 1);
+        int rc = rows ? zm_array_gather_rows(s, a, rows, count, buffer, err)
+                      : zm_array_read_rows(s, a, 0, n, buffer, err);
+        if (rc != 0) {
+            free(buffer);
+            return rc;
+        }
+        hash_bytes(&h, buffer, bytes);
+        free(buffer);
+    }
+    hash_hex(&h, out);
+    return 0;
+}
+
+static const char *str(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static void expect_sha(zm_source *s, const char *file, const char *path, const char *what,
+                       const zm_array *a, const uint64_t *rows, size_t count, const char *want)
+{
+    if (want == NULL)
+        return;
+    char got[65];
+    zm_err err;
+    zm_err_clear(&err);
+    int rc = array_sha(s, a, rows, count, got, &err);
+    cr_expect_eq(rc, 0, "%s: %s %s: read failed: %s", file, path, what, err.reason);
+    if (rc == 0)
+        cr_expect_str_eq(got, want, "%s: %s %s differs from the reference%s", file, path, what,
+                         rows ? " (gathered rows)" : "");
+}
+
+static void expect_dtype(const char *file, const char *path, const char *what, const zm_array *a,
+                         const char *want)
+{
+    if (want)
+        cr_expect_str_eq(zm_dtype_name(zm_array_describe(a)->dtype), want, "%s: %s %s dtype", file,
+                         path, what);
+}
+
+static void expect_shape(const char *file, const char *path, const zm_element *e, json_t *shape)
+{
+    if (!json_is_array(shape))
+        return;
+    size_t rank = json_array_size(shape);
+    if (e->kind == ZM_ELEMENT_DATAFRAME)
+        rank = 1; /* the reference adds the column count */
+    cr_expect_eq(e->rank, rank, "%s: %s rank %u, reference %zu", file, path, e->rank, rank);
+    for (size_t d = 0; d < rank && d < e->rank; d++)
+        cr_expect_eq(e->shape[d], (uint64_t)json_number_value(json_array_get(shape, d)),
+                     "%s: %s dimension %zu", file, path, d);
+}
+
+static const char *kind_of(const zm_element *e)
+{
+    switch (e->kind) {
+    case ZM_ELEMENT_DICT:
+        return "dict";
+    case ZM_ELEMENT_ARRAY:
+        return "array";
+    case ZM_ELEMENT_STRING_ARRAY:
+        return "string-array";
+    case ZM_ELEMENT_SCALAR:
+        return "scalar";
+    case ZM_ELEMENT_SPARSE:
+        return e->sparse_format == ZM_SPARSE_CSR ? "csr" : "csc";
+    case ZM_ELEMENT_DATAFRAME:
+        return "dataframe";
+    case ZM_ELEMENT_CATEGORICAL:
+        return "categorical";
+    case ZM_ELEMENT_NULLABLE:
+        return "nullable";
+    case ZM_ELEMENT_RECORDS:
+        return "rec-array";
+    }
+    return "?";
+}
+
+/* Every path the model presents, as the reference names them. */
+static void model_paths(const zm_element *e, json_t *set)
+{
+    /* The reference lists the containers' members, not the containers. */
+    static const char *const containers[] = {"layers", "obsm", "varm", "obsp", "varp", "raw",
+                                             "raw/varm"};
+    int container = 0;
+    for (size_t i = 0; i < sizeof containers / sizeof containers[0]; i++)
+        container |= e->kind == ZM_ELEMENT_DICT && strcmp(e->path, containers[i]) == 0;
+    if (e->path[0] && !container)
+        json_object_set_new(set, e->path, json_true());
+    if (e->kind == ZM_ELEMENT_DATAFRAME && e->index)
+        json_object_set_new(set, e->index->path, json_true());
+    if (e->kind == ZM_ELEMENT_DICT || e->kind == ZM_ELEMENT_DATAFRAME)
+        for (size_t i = 0; i < e->child_count; i++)
+            model_paths(e->children[i], set);
+}
+
+static void check_sparse_rows(zm_source *s, const char *file, const zm_element *e, json_t *want,
+                              const uint64_t *rows, size_t count)
+{
+    /* A[rows] for CSR: the rows' entry ranges, and pointers counting them. */
+    const zm_array_info *ip = zm_array_describe(e->indptr);
+    uint64_t major = ip->shape[0];
+    uint8_t *pointers = malloc(major * ip->dtype.size);
+    zm_err err;
+    cr_assert_eq(zm_array_read_rows(s, e->indptr, 0, major, pointers, &err), 0, "%s", err.reason);
+    zm_range *ranges = malloc((count ? count : 1) * sizeof *ranges);
+    uint8_t *new_pointers = malloc((count + 1) * ip->dtype.size);
+    uint64_t total = 0;
+    for (size_t i = 0; i < count; i++) {
+        int64_t a = 0, b = 0;
+        memcpy(&a, pointers + rows[i] * ip->dtype.size, ip->dtype.size);
+        memcpy(&b, pointers + (rows[i] + 1) * ip->dtype.size, ip->dtype.size);
+        ranges[i] = (zm_range){(uint64_t)a, (uint64_t)b};
+        memcpy(new_pointers + i * ip->dtype.size, &total, ip->dtype.size);
+        total += (uint64_t)(b - a);
+    }
+    memcpy(new_pointers + count * ip->dtype.size, &total, ip->dtype.size);
+    const zm_array *parts[2] = {e->values, e->indices};
+    const char *keys[2] = {"data_sha256", "indices_sha256"};
+    for (int p = 0; p < 2; p++) {
+        size_t size = zm_array_describe(parts[p])->dtype.size;
+        uint8_t *buffer = malloc(total * size + 1);
+        int rc = zm_array_gather_ranges(s, parts[p], ranges, count, buffer, &err);
+        cr_expect_eq(rc, 0, "%s: %s gather: %s", file, e->path, err.reason);
+        if (rc == 0 && str(want, keys[p])) {
+            hasher h;
+            char got[65];
+            hash_init(&h);
+            hash_bytes(&h, buffer, total * size);
+            hash_hex(&h, got);
+            cr_expect_str_eq(got, str(want, keys[p]), "%s: %s %s of gathered rows", file, e->path,
+                             keys[p]);
+        }
+        free(buffer);
+    }
+    if (str(want, "indptr_sha256")) {
+        hasher h;
+        char got[65];
+        hash_init(&h);
+        hash_bytes(&h, new_pointers, (count + 1) * ip->dtype.size);
+        hash_hex(&h, got);
+        cr_expect_str_eq(got, str(want, "indptr_sha256"), "%s: %s indptr of gathered rows", file,
+                         e->path);
+    }
+    free(ranges);
+    free(new_pointers);
+    free(pointers);
+}
+
+static void check_element(zm_source *s, const char *file, const char *path, json_t *ref)
+{
+    const zm_element *e = zm_source_find(s, path);
+    cr_expect_not_null(e, "%s: the reference has %s but the model does not", file, path);
+    if (e == NULL)
+        return;
+    const char *kind = str(ref, "kind");
+    cr_expect_str_eq(kind_of(e), kind, "%s: %s is %s, reference %s", file, path, kind_of(e), kind);
+    if (strcmp(kind_of(e), kind) != 0)
+        return;
+    expect_shape(file, path, e, json_object_get(ref, "shape"));
+    if (!strcmp(kind, "array") || !strcmp(kind, "string-array") || !strcmp(kind, "scalar")) {
+        expect_dtype(file, path, "values", e->values, str(ref, "dtype"));
+        expect_sha(s, file, path, "values", e->values, NULL, 0, str(ref, "sha256"));
+    } else if (!strcmp(kind, "csr") || !strcmp(kind, "csc")) {
+        expect_dtype(file, path, "data", e->values, str(ref, "data_dtype"));
+        expect_dtype(file, path, "indices", e->indices, str(ref, "indices_dtype"));
+        expect_dtype(file, path, "indptr", e->indptr, str(ref, "indptr_dtype"));
+        expect_sha(s, file, path, "data", e->values, NULL, 0, str(ref, "data_sha256"));
+        expect_sha(s, file, path, "indices", e->indices, NULL, 0, str(ref, "indices_sha256"));
+        expect_sha(s, file, path, "indptr", e->indptr, NULL, 0, str(ref, "indptr_sha256"));
+    } else if (!strcmp(kind, "categorical")) {
+        expect_dtype(file, path, "codes", e->values, str(ref, "codes_dtype"));
+        expect_sha(s, file, path, "codes", e->values, NULL, 0, str(ref, "codes_sha256"));
+        expect_sha(s, file, path, "categories", e->categories->values, NULL, 0,
+                   str(ref, "categories_sha256"));
+        json_t *ordered = json_object_get(ref, "ordered");
+        if (json_is_boolean(ordered))
+            cr_expect_eq(e->ordered, json_is_true(ordered), "%s: %s ordered", file, path);
+    } else if (!strcmp(kind, "nullable")) {
+        expect_sha(s, file, path, "values", e->values, NULL, 0, str(ref, "values_sha256"));
+        expect_sha(s, file, path, "mask", e->mask, NULL, 0, str(ref, "mask_sha256"));
+    } else if (!strcmp(kind, "dataframe")) {
+        json_t *columns = json_object_get(ref, "columns");
+        cr_expect_eq(e->child_count, json_array_size(columns), "%s: %s column count", file, path);
+        for (size_t i = 0; i < e->child_count && i < json_array_size(columns); i++)
+            cr_expect_str_eq(e->children[i]->name, json_string_value(json_array_get(columns, i)),
+                             "%s: %s column %zu", file, path, i);
+    } else if (!strcmp(kind, "dict")) {
+        json_t *keys = json_object_get(ref, "keys");
+        cr_expect_eq(e->child_count, json_array_size(keys), "%s: %s key count", file, path);
+    } else if (!strcmp(kind, "rec-array")) {
+        json_t *fields = json_object_get(ref, "field_sha256");
+        cr_expect_eq(e->child_count, json_object_size(fields), "%s: %s field count", file, path);
+        for (size_t i = 0; i < e->child_count; i++)
+            expect_sha(s, file, path, e->children[i]->name, e->children[i]->values, NULL, 0,
+                       str(fields, e->children[i]->name));
+    }
+}
+
+static void check_rows(zm_source *s, const char *file, json_t *rows_ref)
+{
+    json_t *selection = json_object_get(rows_ref, "selection");
+    size_t count = json_array_size(selection);
+    uint64_t *rows = malloc((count ? count : 1) * sizeof *rows);
+    for (size_t i = 0; i < count; i++)
+        rows[i] = (uint64_t)json_number_value(json_array_get(selection, i));
+    const char *path;
+    json_t *want;
+    json_object_foreach(json_object_get(rows_ref, "elements"), path, want) {
+        const zm_element *e = zm_source_find(s, path);
+        if (e == NULL)
+            continue; /* reported by the whole-element check */
+        switch (e->kind) {
+        case ZM_ELEMENT_ARRAY:
+        case ZM_ELEMENT_STRING_ARRAY:
+            expect_sha(s, file, path, "values", e->values, rows, count, str(want, "sha256"));
+            break;
+        case ZM_ELEMENT_CATEGORICAL:
+            expect_sha(s, file, path, "codes", e->values, rows, count, str(want, "codes_sha256"));
+            break;
+        case ZM_ELEMENT_NULLABLE:
+            expect_sha(s, file, path, "values", e->values, rows, count, str(want, "values_sha256"));
+            expect_sha(s, file, path, "mask", e->mask, rows, count, str(want, "mask_sha256"));
+            break;
+        case ZM_ELEMENT_SPARSE:
+            if (e->sparse_format == ZM_SPARSE_CSR)
+                check_sparse_rows(s, file, e, want, rows, count);
+            break;
+        default:
+            break;
+        }
+    }
+    free(rows);
+}
+
+/* Ascending rows: a run of neighbours, every step-th row (at most ~700),
+ * and the last. */
+static void rows_for(uint64_t n, char *out, size_t size)
+{
+    size_t at = 0;
+    uint64_t step = n / 600 > 3 ? n / 600 : 3;
+    out[0] = '\0';
+    for (uint64_t r = 0; r < n && at + 24 < size; r++)
+        if (r % step == 0 || r == n - 1 || (r > 7 && r < 12))
+            at += (size_t)snprintf(out + at, size - at, "%s%llu", at ? "," : "", (unsigned long long)r);
+}
+
+static void check_file(const char *file)
+{
+    json_t *ref = reference(file, NULL);
+    cr_assert_null(json_object_get(ref, "error"), "%s: the reference refused it: %s", file,
+                   str(ref, "error"));
+    zm_source *s;
+    zm_err err;
+    zm_err_clear(&err);
+    int rc = zm_source_open(file, NULL, &s, &err);
+    cr_assert_eq(rc, 0, "%s: open failed: %s", file, err.reason);
+    cr_expect_str_eq(zm_source_format_name(zm_source_get_format(s)), str(ref, "format"), "%s", file);
+    cr_expect_eq(zm_source_n_obs(s), (uint64_t)json_number_value(json_object_get(ref, "n_obs")), "%s", file);
+    cr_expect_eq(zm_source_n_vars(s), (uint64_t)json_number_value(json_object_get(ref, "n_vars")), "%s", file);
+
+    json_t *elements = json_object_get(ref, "elements");
+    const char *path;
+    json_t *entry;
+    json_object_foreach(elements, path, entry)
+        check_element(s, file, path, entry);
+    /* Nothing the model presents is missing from the reference. */
+    json_t *ours = json_object();
+    model_paths(zm_source_root(s), ours);
+    json_t *value;
+    json_object_foreach(ours, path, value)
+        cr_expect_not_null(json_object_get(elements, path),
+                           "%s: the model has %s but the reference does not", file, path);
+    json_decref(ours);
+    json_decref(ref);
+
+    /* Gathers of rows. */
+    char rows[16384];
+    rows_for(zm_source_n_obs(s), rows, sizeof rows);
+    if (rows[0] != '\0') {
+        json_t *with_rows = reference(file, rows);
+        json_t *rows_ref = json_object_get(with_rows, "rows");
+        cr_expect_not_null(rows_ref, "%s: no rows in the reference", file);
+        if (rows_ref)
+            check_rows(s, file, rows_ref);
+        json_decref(with_rows);
+    }
+    zm_source_close(s);
+}
+
+/* Every file in a directory whose name ends in one of the suffixes. */
+static void check_directory(const char *dir)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "cannot list %s", dir);
+    struct dirent *entry;
+    char **names = NULL;
+    size_t count = 0;
+    while ((entry = readdir(d)) != NULL) {
+        const char *dot = strrchr(entry->d_name, '.');
+        if (dot && (!strcmp(dot, ".h5ad") || !strcmp(dot, ".loom") || !strcmp(dot, ".h5"))) {
+            names = realloc(names, (count + 1) * sizeof *names);
+            names[count++] = strdup(entry->d_name);
+        }
+    }
+    closedir(d);
+    cr_assert_gt(count, 0, "no source files in %s", dir);
+    for (size_t i = 0; i < count; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        check_file(path);
+        free(names[i]);
+    }
+    free(names);
+}
+
+#define FIXTURE_TEST(name, subdir)                                                                  \
+    Test(source, name, .timeout = 900)                                                              \
+    {                                                                                               \
+        char dir[4096];                                                                             \
+        snprintf(dir, sizeof dir, "%s/fixtures/sources/%s", source_root(), subdir);                 \
+        check_directory(dir);                                                                       \
+    }
+
+FIXTURE_TEST(fixtures_h5ad, "h5ad")
+FIXTURE_TEST(fixtures_filters, "filters")
+FIXTURE_TEST(fixtures_layouts, "layouts")
+FIXTURE_TEST(fixtures_legacy, "legacy")
+FIXTURE_TEST(fixtures_loom, "loom")
+FIXTURE_TEST(fixtures_10x, "10x")
+
+#define SHARED_TEST(name, subdir)                                                                   \
+    Test(source, name, .timeout = 900)                                                              \
+    {                                                                                               \
+        char dir[4096];                                                                             \
+        snprintf(dir, sizeof dir, "%s/%s", shared_data(), subdir);                                  \
+        check_directory(dir);                                                                       \
+    }
+
+SHARED_TEST(shared_h5ad, "h5ad")
+SHARED_TEST(shared_loom, "loom")
+SHARED_TEST(shared_10x, "10x")
+SHARED_TEST(shared_synthetic, "synthetic")
