@@ -657,3 +657,14 @@ int zm__filter_decode(const zm__filter *filters, unsigned count, unsigned filter
     free(owned);
     return rc;
 }
+
+int zm__filter_decode_unsized(const zm__filter *filter, const uint8_t *in, size_t in_size,
+                              size_t limit, uint8_t **out, size_t *out_size, zm_err *err)
+{
+    char name[32];
+    zm__filter_name(filter->id, name);
+    zm__codec codec = zm__codec_for(filter->id);
+    if (codec == NULL)
+        return zm_err_set(err, -ENOTSUP, "%s is not a compressor zarrmount decodes", name);
+    return zm__decode_grow(codec, filter, name, in, in_size, limit, out, out_size, err);
+}

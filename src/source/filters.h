@@ -51,4 +51,10 @@ int zm__filter_decode(const zm__filter *filters, unsigned count, unsigned filter
                       size_t element_size, const uint8_t *in, size_t in_size, uint8_t *out,
                       size_t raw_size, zm_err *err);
 
+/* Decodes one compressor's output (deflate, lzf, zstd, blosc) whose size
+ * is not known up front: into *out (malloc'd), never more than limit bytes.
+ * For HDF5's own reads, which hand a filter only the chunk's bytes. */
+int zm__filter_decode_unsized(const zm__filter *filter, const uint8_t *in, size_t in_size,
+                              size_t limit, uint8_t **out, size_t *out_size, zm_err *err);
+
 #endif

@@ -35,6 +35,7 @@ static void hdf5_quiet(void)
     /* Errors come back to us as return values with our own reasons; HDF5's
      * stack dumps on stderr would only confuse. */
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    zm__h5_register_filters();
 }
 
 /* Which of the formats the file is, from its layout alone. */
@@ -103,7 +104,9 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
                    zm_err *err)
 {
     *out = NULL;
+    zm__hdf5_lock();
     pthread_once(&hdf5_quiet_once, hdf5_quiet);
+    zm__hdf5_unlock();
     zm_source *source = calloc(1, sizeof *source);
     if (source == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory opening %s", path);

@@ -136,6 +136,8 @@ int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *range
                        void *out, zm_err *err);
 int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
                         zm_strings *out, zm_err *err);
+/* Registers our lzf, zstd and blosc decoders with HDF5 (once, lock held). */
+void zm__h5_register_filters(void);
 /* Builds the chunk index of a chunked array (with the HDF5 lock held). */
 int zm__h5_chunk_index(zm_array *array, zm_err *err);
 
