@@ -178,8 +178,15 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
     }
     if (rc == 0)
         rc = zm__validate(source, err);
-    if (rc != 0)
+    if (rc != 0) {
+        /* Name the file in reasons that name only an element. */
+        if (err && strncmp(err->reason, path, strlen(path)) != 0) {
+            char reason[ZM_REASON_MAX];
+            snprintf(reason, sizeof reason, "%s: %s", path, err->reason);
+            snprintf(err->reason, sizeof err->reason, "%s", reason);
+        }
         goto fail;
+    }
     *out = source;
     return 0;
 
