@@ -155,10 +155,16 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
         goto fail;
     }
 
+    /* Decode threads: the caller of each read plus threads − 1 workers;
+     * one thread decodes inline, with no pool at all. */
     unsigned threads = options && options->threads ? options->threads : 0;
+    if (threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cores > 0 ? (unsigned)cores : 1;
+    }
     size_t cache_bytes = options && options->chunk_cache_bytes ? options->chunk_cache_bytes
                                                                 : DEFAULT_CACHE_BYTES;
-    if ((rc = zm__pool_create(threads, &source->pool)) != 0 ||
+    if ((threads > 1 && (rc = zm__pool_create(threads - 1, &source->pool)) != 0) ||
         (rc = zm__chunk_cache_create(cache_bytes, &source->cache)) != 0) {
         rc = zm_err_set(err, rc, "%s: cannot start the decode threads or cache", path);
         goto fail;
