@@ -95,20 +95,36 @@ int main(int argc, char **argv)
     }
     double selected_at = now();
 
-    /* indptr, whole (as every reader of a CSR row set does), then the rows'
-     * entry ranges of data and indices. */
+    /* The rows' pointers (r and r + 1 for each row: only the indptr chunks
+     * they lie in), then the rows' entry ranges of data and indices. */
     const zm_array_info *ip = zm_array_describe(x->indptr);
-    uint8_t *indptr = malloc(ip->shape[0] * ip->dtype.size);
-    if (zm_array_read_rows(source, x->indptr, 0, ip->shape[0], indptr, &err) != 0)
+    uint64_t pointer_count = full ? ip->shape[0] : 0;
+    uint64_t *pointer_rows = NULL;
+    if (!full) {
+        pointer_rows = malloc(2 * (count ? count : 1) * sizeof *pointer_rows);
+        for (uint64_t i = 0; i < count; i++) {
+            if (pointer_count == 0 || pointer_rows[pointer_count - 1] < selected[i])
+                pointer_rows[pointer_count++] = selected[i];
+            pointer_rows[pointer_count++] = (uint64_t)selected[i] + 1;
+        }
+    }
+    uint8_t *indptr = malloc(pointer_count * ip->dtype.size + 1);
+    if ((full ? zm_array_read_rows(source, x->indptr, 0, pointer_count, indptr, &err)
+              : zm_array_gather_rows(source, x->indptr, pointer_rows, pointer_count, indptr, &err)) != 0)
         die("indptr", &err);
     zm_range *ranges = malloc((count ? count : 1) * sizeof *ranges);
-    uint64_t entries = 0;
+    uint64_t entries = 0, at = 0;
     for (uint64_t i = 0; i < count; i++) {
-        uint64_t r = full ? i : selected[i];
-        ranges[i].start = (uint64_t)pointer_at(indptr, ip->dtype.size, r);
-        ranges[i].end = (uint64_t)pointer_at(indptr, ip->dtype.size, r + 1);
+        /* Where row i's pointer sits among those read. */
+        if (!full)
+            while (pointer_rows[at] != selected[i])
+                at++;
+        uint64_t p = full ? i : at;
+        ranges[i].start = (uint64_t)pointer_at(indptr, ip->dtype.size, p);
+        ranges[i].end = (uint64_t)pointer_at(indptr, ip->dtype.size, p + 1);
         entries += ranges[i].end - ranges[i].start;
     }
+    free(pointer_rows);
     size_t data_size = zm_array_describe(x->values)->dtype.size;
     size_t index_size = zm_array_describe(x->indices)->dtype.size;
     uint8_t *data = malloc(entries * data_size + 1), *indices = malloc(entries * index_size + 1);

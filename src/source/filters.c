@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <libdeflate.h>
+#include <pthread.h>
 #include <zlib.h>
 #include <zstd.h>
 #include <zstd_errors.h>
@@ -204,10 +206,55 @@ typedef int (*zm__codec)(const zm__filter *filter, const uint8_t *src, size_t sr
  * adler32 of the output is checked too). The sizes go to zlib in pieces of
  * at most UINT_MAX bytes, so chunks over 4 GiB work. Input past the end of
  * the stream is ignored, as HDF5 does. */
+/* libdeflate inflates about twice as fast as zlib; its decompressor holds
+ * no stream state between calls, so one per thread is kept for reuse. */
+static pthread_key_t zm__deflate_key;
+static pthread_once_t zm__deflate_once = PTHREAD_ONCE_INIT;
+
+static void zm__deflate_free(void *d) { libdeflate_free_decompressor(d); }
+static void zm__deflate_key_init(void) { pthread_key_create(&zm__deflate_key, zm__deflate_free); }
+
+static struct libdeflate_decompressor *zm__deflate_decompressor(void)
+{
+    pthread_once(&zm__deflate_once, zm__deflate_key_init);
+    struct libdeflate_decompressor *d = pthread_getspecific(zm__deflate_key);
+    if (d == NULL) {
+        d = libdeflate_alloc_decompressor();
+        if (d != NULL)
+            pthread_setspecific(zm__deflate_key, d);
+    }
+    return d;
+}
+
+static int zm__inflate_zlib(const uint8_t *src, size_t src_size, uint8_t *dst, size_t cap,
+                            size_t *produced, zm_err *err);
+
+/* Deflate as HDF5 stores it: a zlib stream (header, data, adler32), possibly
+ * followed by bytes HDF5 ignores. libdeflate decodes the well-formed ones;
+ * anything it refuses goes through zlib, whose messages say what is wrong. */
 static int zm__inflate(const zm__filter *filter, const uint8_t *src, size_t src_size, uint8_t *dst,
                        size_t cap, size_t *produced, zm_err *err)
 {
     (void)filter;
+    *produced = 0;
+    struct libdeflate_decompressor *d = zm__deflate_decompressor();
+    if (d != NULL) {
+        size_t in_used = 0, out_made = 0;
+        enum libdeflate_result r =
+            libdeflate_zlib_decompress_ex(d, src, src_size, dst, cap, &in_used, &out_made);
+        if (r == LIBDEFLATE_SUCCESS) {
+            *produced = out_made;
+            return 0;
+        }
+        if (r == LIBDEFLATE_INSUFFICIENT_SPACE)
+            return ZM__TOO_SMALL;
+    }
+    return zm__inflate_zlib(src, src_size, dst, cap, produced, err);
+}
+
+static int zm__inflate_zlib(const uint8_t *src, size_t src_size, uint8_t *dst, size_t cap,
+                            size_t *produced, zm_err *err)
+{
     z_stream zs;
     memset(&zs, 0, sizeof zs);
     int rc = inflateInit(&zs);

@@ -900,19 +900,16 @@ int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *rang
     return 0;
 }
 
-int zm__h5_chunk_index(zm_array *array, zm_err *err)
+int zm__h5_chunk_lookup(zm_array *array, const uint64_t *chunks, size_t count, zm_err *err)
 {
-    uint64_t n = array->chunk_count;
-    array->chunk_address = malloc((n ? n : 1) * sizeof *array->chunk_address);
-    array->chunk_stored_size = malloc((n ? n : 1) * sizeof *array->chunk_stored_size);
-    array->chunk_filter_mask = malloc((n ? n : 1) * sizeof *array->chunk_filter_mask);
-    if (!array->chunk_address || !array->chunk_stored_size || !array->chunk_filter_mask)
-        return zm_err_set(err, -ENOMEM, "%s: out of memory indexing %llu chunks", array->file_path,
-                          (unsigned long long)n);
-    /* One B-tree lookup per chunk coordinate: O(chunks · log chunks), once. */
+    /* One B-tree lookup per chunk the first time a request needs it: a
+     * request costs O(its chunks · log chunks), never O(all chunks). */
     unsigned rank = array->storage_rank;
-    hsize_t coord[ZM_MAX_RANK] = {0};
-    for (uint64_t i = 0; i < n; i++) {
+    for (size_t c = 0; c < count; c++) {
+        uint64_t i = chunks[c];
+        if (array->chunk_address[i] != ZM__CHUNK_UNKNOWN)
+            continue;
+        hsize_t coord[ZM_MAX_RANK] = {0};
         uint64_t rest = i;
         for (int d = (int)rank - 1; d >= 0; d--) {
             coord[d] = (rest % array->grid[d]) * array->chunk[d];
@@ -926,11 +923,11 @@ int zm__h5_chunk_index(zm_array *array, zm_err *err)
                 address = HADDR_UNDEF;
         } H5E_END_TRY;
         if (address != HADDR_UNDEF && size > UINT32_MAX)
-            return zm_err_set(err, -EINVAL, "%s: chunk %llu is %llu bytes, past 4 GiB",
+            return zm_err_set(err, -EIO, "%s: chunk %llu is %llu bytes, past 4 GiB",
                               array->file_path, (unsigned long long)i, (unsigned long long)size);
-        array->chunk_address[i] = address == HADDR_UNDEF ? UINT64_MAX : (uint64_t)address;
         array->chunk_stored_size[i] = (uint32_t)size;
         array->chunk_filter_mask[i] = mask;
+        array->chunk_address[i] = address == HADDR_UNDEF ? ZM__CHUNK_ABSENT : (uint64_t)address;
     }
     return 0;
 }

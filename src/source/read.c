@@ -62,25 +62,39 @@ static void fill_values(uint8_t *bytes, size_t count, const zm_array *array)
 
 /* ---- The chunk index ------------------------------------------------------------ */
 
-static int ensure_index(zm_array *array, zm_err *err)
+/* Makes sure the given chunks' addresses are known: the index's storage is
+ * allocated once, and each chunk looked up the first time it is needed. */
+static int resolve_chunks(zm_array *array, const uint64_t *chunks, size_t count, zm_err *err)
 {
-    if (array->index_built) {
-        if (array->index_status != 0 && err)
-            *err = array->index_err;
-        return array->index_status;
+    if (!array->index_allocated) {
+        pthread_mutex_lock(&array->index_mutex);
+        if (!array->index_allocated) {
+            uint64_t n = array->chunk_count;
+            array->chunk_address = malloc(n * sizeof *array->chunk_address);
+            array->chunk_stored_size = calloc(n, sizeof *array->chunk_stored_size);
+            array->chunk_filter_mask = calloc(n, sizeof *array->chunk_filter_mask);
+            if (array->chunk_address && array->chunk_stored_size && array->chunk_filter_mask) {
+                for (uint64_t i = 0; i < n; i++)
+                    array->chunk_address[i] = ZM__CHUNK_UNKNOWN;
+                array->index_allocated = 1;
+            } else {
+                free(array->chunk_address);
+                free(array->chunk_stored_size);
+                free(array->chunk_filter_mask);
+                array->chunk_address = NULL;
+                array->chunk_stored_size = NULL;
+                array->chunk_filter_mask = NULL;
+            }
+        }
+        pthread_mutex_unlock(&array->index_mutex);
+        if (!array->index_allocated)
+            return zm_err_set(err, -ENOMEM, "%s: out of memory indexing %llu chunks",
+                              array->file_path, (unsigned long long)array->chunk_count);
     }
-    pthread_mutex_lock(&array->index_mutex);
-    if (!array->index_built) {
-        zm_err_clear(&array->index_err);
-        zm__hdf5_lock();
-        array->index_status = zm__h5_chunk_index(array, &array->index_err);
-        zm__hdf5_unlock();
-        array->index_built = 1;
-    }
-    pthread_mutex_unlock(&array->index_mutex);
-    if (array->index_status != 0 && err)
-        *err = array->index_err;
-    return array->index_status;
+    zm__hdf5_lock();
+    int rc = zm__h5_chunk_lookup(array, chunks, count, err);
+    zm__hdf5_unlock();
+    return rc;
 }
 
 /* ---- Loading one chunk --------------------------------------------------------------- */
@@ -99,54 +113,64 @@ struct chunk_load {
     uint64_t chunk;
 };
 
-static int load_chunk(void *context, uint8_t **bytes, size_t *size, zm_err *err)
+/* Reads and decodes one chunk into raw (chunk_bytes of it), native order. */
+static int decode_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *raw,
+                        zm_err *err)
 {
-    struct chunk_load *c = context;
-    zm_array *array = c->array;
     uint64_t raw_size = chunk_bytes(array);
-    uint8_t *raw = malloc(raw_size ? raw_size : 1);
-    if (raw == NULL)
-        return zm_err_set(err, -ENOMEM, "%s: out of memory for a %llu-byte chunk", array->file_path,
-                          (unsigned long long)raw_size);
-    uint64_t address = array->chunk_address[c->chunk];
-    uint32_t stored = array->chunk_stored_size[c->chunk];
+    uint64_t address = array->chunk_address[chunk];
+    uint32_t stored = array->chunk_stored_size[chunk];
     int rc = 0;
-    if (address == UINT64_MAX) {
+    if (address == ZM__CHUNK_ABSENT) {
         /* Never written: the fill value. */
         fill_values(raw, raw_size / array->info.dtype.size, array);
     } else if (array->filter_count == 0) {
         if (stored != raw_size)
             rc = zm_err_set(err, -EIO, "%s: chunk %llu holds %u bytes, expected %llu",
-                            array->file_path, (unsigned long long)c->chunk, stored,
+                            array->file_path, (unsigned long long)chunk, stored,
                             (unsigned long long)raw_size);
         else
-            rc = read_exact(c->source, address, raw, raw_size, array, err);
+            rc = read_exact(source, address, raw, raw_size, array, err);
     } else {
         uint8_t *packed = malloc(stored ? stored : 1);
         if (packed == NULL)
             rc = zm_err_set(err, -ENOMEM, "%s: out of memory for a %u-byte chunk", array->file_path,
                             stored);
         else
-            rc = read_exact(c->source, address, packed, stored, array, err);
+            rc = read_exact(source, address, packed, stored, array, err);
         if (rc == 0) {
             zm_err inner;
             zm_err_clear(&inner);
             rc = zm__filter_decode(array->filters, array->filter_count,
-                                   array->chunk_filter_mask[c->chunk], array->info.dtype.size,
-                                   packed, stored, raw, raw_size, &inner);
+                                   array->chunk_filter_mask[chunk], array->info.dtype.size, packed,
+                                   stored, raw, raw_size, &inner);
             if (rc != 0)
                 zm_err_set(err, rc == -ENOMEM ? -ENOMEM : -EIO, "%s: chunk %llu: %s",
-                           array->file_path, (unsigned long long)c->chunk, inner.reason);
+                           array->file_path, (unsigned long long)chunk, inner.reason);
         }
         free(packed);
     }
+    if (rc != 0)
+        return rc;
+    if (array->info.big_endian)
+        swap_bytes(raw, raw_size / array->info.dtype.size, array->info.dtype.size);
+    source->chunks_decoded++;
+    return 0;
+}
+
+static int load_chunk(void *context, uint8_t **bytes, size_t *size, zm_err *err)
+{
+    struct chunk_load *c = context;
+    uint64_t raw_size = chunk_bytes(c->array);
+    uint8_t *raw = malloc(raw_size ? raw_size : 1);
+    if (raw == NULL)
+        return zm_err_set(err, -ENOMEM, "%s: out of memory for a %llu-byte chunk",
+                          c->array->file_path, (unsigned long long)raw_size);
+    int rc = decode_chunk(c->source, c->array, c->chunk, raw, err);
     if (rc != 0) {
         free(raw);
         return rc;
     }
-    if (array->info.big_endian)
-        swap_bytes(raw, raw_size / array->info.dtype.size, array->info.dtype.size);
-    c->source->chunks_decoded++;
     *bytes = raw;
     *size = raw_size;
     return 0;
@@ -197,11 +221,26 @@ static int gather_chunk(void *context, size_t task)
     struct gather *g = context;
     zm_array *array = g->array;
     uint64_t chunk = g->tasks[task];
+    unsigned rank = array->storage_rank;
+    if (rank == 1) {
+        /* A whole chunk inside one range of a 1-d array (a walk, a long run
+         * of entries): decode it straight into its place, bypassing the
+         * cache: nobody reads the same entries twice in a row. */
+        uint64_t origin = chunk * array->chunk[0];
+        if (origin + array->chunk[0] <= array->storage_shape[0]) {
+            size_t r = first_range_after(g, origin);
+            if (r < g->range_count && g->ranges[r].start <= origin &&
+                g->ranges[r].end >= origin + array->chunk[0])
+                return decode_chunk(g->source, array, chunk,
+                                    g->out + (g->out_row[r] + origin - g->ranges[r].start) *
+                                                 array->info.dtype.size,
+                                    &g->errors[task]);
+        }
+    }
     zm__chunk_ref ref;
     int rc = get_chunk(g->source, array, chunk, &ref, &g->errors[task]);
     if (rc != 0)
         return rc;
-    unsigned rank = array->storage_rank;
     size_t size = array->info.dtype.size;
     uint64_t origin[ZM_MAX_RANK], valid[ZM_MAX_RANK], rest = chunk;
     for (int d = (int)rank - 1; d >= 0; d--) {
@@ -274,9 +313,7 @@ static int gather_chunked(zm_source *source, zm_array *array, const zm_range *ra
 {
     if (array->chunk_count == 0)
         return 0; /* a dimension of length 0: no value to read */
-    int rc = ensure_index(array, err);
-    if (rc != 0)
-        return rc;
+    int rc;
     unsigned row_dim = array->info.transposed ? 1 : 0;
     uint64_t step = array->chunk[row_dim];
     /* Chunks per position along the row dimension, and their stride in the
@@ -329,6 +366,12 @@ static int gather_chunked(zm_source *source, zm_array *array, const zm_range *ra
         }
     }
     free(positions);
+    rc = resolve_chunks(array, g.tasks, task_count, err);
+    if (rc != 0) {
+        free(g.tasks);
+        free(g.errors);
+        return rc;
+    }
     rc = zm__pool_for(source->pool, task_count, gather_chunk, &g);
     if (rc != 0) {
         for (size_t i = 0; i < task_count; i++)
@@ -345,8 +388,59 @@ static int gather_chunked(zm_source *source, zm_array *array, const zm_range *ra
 }
 
 /* Contiguous values: one pread per run of kept rows, runs closer than this
- * merged (a read costs about as much as this many bytes copied). */
+ * merged (a read costs about as much as this many bytes copied), pieces of
+ * at most PIECE_BYTES read in parallel. */
 #define MERGE_GAP_BYTES 8192
+#define PIECE_BYTES (4u << 20)
+
+struct piece {
+    size_t first, last;     /* ranges first .. last − 1 */
+    uint64_t from, to;      /* rows, or within one range a part of it */
+};
+
+struct contiguous {
+    zm_source *source;
+    zm_array *array;
+    const zm_range *ranges;
+    const uint64_t *out_row;
+    uint8_t *out;
+    struct piece *pieces;
+    zm_err *errors;
+};
+
+static int read_piece(void *context, size_t index)
+{
+    struct contiguous *c = context;
+    const struct piece *p = &c->pieces[index];
+    zm_array *array = c->array;
+    uint64_t row_bytes = zm_array_row_bytes(array);
+    size_t size = array->info.dtype.size;
+    uint64_t base = array->contiguous_offset;
+    int rc;
+    if (p->last == p->first + 1) {
+        /* Part of one range: straight into its place. */
+        const zm_range *r = &c->ranges[p->first];
+        uint8_t *dst = c->out + (c->out_row[p->first] + p->from - r->start) * row_bytes;
+        rc = read_exact(c->source, base + p->from * row_bytes, dst, (p->to - p->from) * row_bytes,
+                        array, &c->errors[index]);
+        if (rc == 0 && array->info.big_endian)
+            swap_bytes(dst, (p->to - p->from) * row_bytes / size, size);
+        return rc;
+    }
+    uint8_t *span = malloc((p->to - p->from) * row_bytes);
+    rc = span ? read_exact(c->source, base + p->from * row_bytes, span, (p->to - p->from) * row_bytes,
+                           array, &c->errors[index])
+              : zm_err_set(&c->errors[index], -ENOMEM, "out of memory reading %s", array->file_path);
+    for (size_t i = p->first; rc == 0 && i < p->last; i++) {
+        uint8_t *dst = c->out + c->out_row[i] * row_bytes;
+        uint64_t bytes = (c->ranges[i].end - c->ranges[i].start) * row_bytes;
+        memcpy(dst, span + (c->ranges[i].start - p->from) * row_bytes, bytes);
+        if (array->info.big_endian)
+            swap_bytes(dst, bytes / size, size);
+    }
+    free(span);
+    return rc;
+}
 
 static int gather_contiguous(zm_source *source, zm_array *array, const zm_range *ranges,
                              size_t count, const uint64_t *out_row, uint8_t *out, zm_err *err)
@@ -359,36 +453,57 @@ static int gather_contiguous(zm_source *source, zm_array *array, const zm_range 
                         (ranges[r].end - ranges[r].start) * row_bytes / size, array);
         return 0;
     }
-    size_t r = 0;
-    while (r < count) {
-        /* Merge ranges r .. s−1 while the gaps stay small. */
-        size_t s = r + 1;
-        while (s < count && (ranges[s].start - ranges[s - 1].end) * row_bytes < MERGE_GAP_BYTES)
-            s++;
-        uint64_t first = ranges[r].start, last = ranges[s - 1].end;
-        int rc;
-        if (s == r + 1) {
-            rc = read_exact(source, array->contiguous_offset + first * row_bytes,
-                            out + out_row[r] * row_bytes, (last - first) * row_bytes, array, err);
-        } else {
-            uint8_t *span = malloc((last - first) * row_bytes);
-            rc = span ? read_exact(source, array->contiguous_offset + first * row_bytes, span,
-                                   (last - first) * row_bytes, array, err)
-                      : zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
-            for (size_t i = r; rc == 0 && i < s; i++)
-                memcpy(out + out_row[i] * row_bytes, span + (ranges[i].start - first) * row_bytes,
-                       (ranges[i].end - ranges[i].start) * row_bytes);
-            free(span);
+    if (row_bytes == 0)
+        return 0;
+    /* Plan the pieces. */
+    size_t capacity = 64, n = 0;
+    struct piece *pieces = malloc(capacity * sizeof *pieces);
+    uint64_t piece_rows = PIECE_BYTES / row_bytes ? PIECE_BYTES / row_bytes : 1;
+    for (size_t r = 0; pieces && r < count;) {
+        if (ranges[r].end == ranges[r].start) {
+            r++;
+            continue;
         }
-        if (rc != 0)
-            return rc;
-        if (array->info.big_endian)
-            for (size_t i = r; i < s; i++)
-                swap_bytes(out + out_row[i] * row_bytes,
-                           (ranges[i].end - ranges[i].start) * row_bytes / size, size);
+        size_t s = r + 1;
+        while (s < count && (ranges[s].start - ranges[s - 1].end) * row_bytes < MERGE_GAP_BYTES &&
+               (ranges[s].end - ranges[r].start) <= piece_rows)
+            s++;
+        uint64_t from = ranges[r].start, to = ranges[s - 1].end;
+        /* A single long range is cut into pieces read in parallel. */
+        uint64_t step = s == r + 1 ? piece_rows : to - from;
+        for (uint64_t at = from; at < to; at += step) {
+            if (n == capacity) {
+                capacity *= 2;
+                struct piece *grown = realloc(pieces, capacity * sizeof *grown);
+                if (grown == NULL) {
+                    free(pieces);
+                    pieces = NULL;
+                    break;
+                }
+                pieces = grown;
+            }
+            pieces[n++] = (struct piece){r, s, at, at + step < to ? at + step : to};
+        }
         r = s;
     }
-    return 0;
+    zm_err *errors = pieces ? calloc(n ? n : 1, sizeof *errors) : NULL;
+    if (pieces == NULL || errors == NULL) {
+        free(pieces);
+        return zm_err_set(err, -ENOMEM, "out of memory planning a read of %s", array->file_path);
+    }
+    struct contiguous c = {source, array, ranges, out_row, out, pieces, errors};
+    int rc = zm__pool_for(n > 1 ? source->pool : NULL, n, read_piece, &c);
+    if (rc != 0)
+        for (size_t i = 0; i < n; i++)
+            if (errors[i].code != 0) {
+                if (err)
+                    *err = errors[i];
+                rc = errors[i].code;
+                break;
+            }
+    free(errors);
+    free(pieces);
+    return rc;
 }
 
 static int check_ranges(const zm_array *array, const zm_range *ranges, size_t count, zm_err *err)

@@ -42,12 +42,11 @@ struct zm_array {
     unsigned filter_count;
     uint8_t fill[16];             /* fill value of unallocated chunks (native) */
 
-    /* The chunk index, built once when first needed. */
+    /* The chunk index: per chunk (row-major over the grid), looked up the
+     * first time a request needs it and kept. */
     pthread_mutex_t index_mutex;
-    _Atomic int index_built;      /* 1 once built (or failed: index_status) */
-    int index_status;
-    zm_err index_err;
-    uint64_t *chunk_address;      /* per chunk (row-major over grid); UINT64_MAX: unallocated */
+    _Atomic int index_allocated;
+    uint64_t *chunk_address;      /* ZM__CHUNK_UNKNOWN, ZM__CHUNK_ABSENT or the file offset */
     uint32_t *chunk_stored_size;
     uint32_t *chunk_filter_mask;
 
@@ -138,8 +137,11 @@ int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *rang
                         zm_strings *out, zm_err *err);
 /* Registers our lzf, zstd and blosc decoders with HDF5 (once, lock held). */
 void zm__h5_register_filters(void);
-/* Builds the chunk index of a chunked array (with the HDF5 lock held). */
-int zm__h5_chunk_index(zm_array *array, zm_err *err);
+/* Chunk addresses: not looked up yet, or never written (the fill value). */
+#define ZM__CHUNK_UNKNOWN UINT64_MAX
+#define ZM__CHUNK_ABSENT (UINT64_MAX - 1)
+/* Looks up the chunks not known yet among chunks[0 .. count) (HDF5 lock held). */
+int zm__h5_chunk_lookup(zm_array *array, const uint64_t *chunks, size_t count, zm_err *err);
 
 /* ---- Format readers -------------------------------------------------------------- */
 
