@@ -84,6 +84,8 @@ typedef struct zm_array_info {
     unsigned filter_count;
     zm_filter_info filters[16];
     uint64_t storage_bytes; /* bytes the values take in the file */
+    uint64_t file_offset;   /* contiguous: where the values start in the file
+                             * (chunked: each chunk's offset is in the index) */
     int big_endian;         /* stored big-endian (reads swap) */
     zm_data_path data_path;
     const char *path_reason; /* why ZM_PATH_HDF5 or ZM_PATH_MEMORY, else NULL */

@@ -127,6 +127,8 @@ static json_t *array_json(const zm_array *array)
                           "transposed", info->transposed, "bigEndian", info->big_endian);
     if (info->path_reason)
         json_object_set_new(o, "dataPathReason", json_string(info->path_reason));
+    if (info->layout == ZM_LAYOUT_CONTIGUOUS && info->data_path == ZM_PATH_DIRECT)
+        json_object_set_new(o, "fileOffset", json_integer((json_int_t)info->file_offset));
     return o;
 }
 

@@ -635,6 +635,7 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
             set_reason(array, "no file offset for contiguous values (external storage?)");
         else {
             array->contiguous_offset = offset == HADDR_UNDEF ? UINT64_MAX : offset;
+            array->info.file_offset = offset == HADDR_UNDEF ? 0 : offset;
             array->info.data_path = ZM_PATH_DIRECT;
         }
     } else if (layout == H5D_CHUNKED) {
