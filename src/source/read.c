@@ -176,14 +176,14 @@ static int load_chunk(void *context, uint8_t **bytes, size_t *size, zm_err *err)
     return 0;
 }
 
-static int get_chunk(zm_source *source, zm_array *array, uint64_t chunk, zm__chunk_ref *ref,
+static int get_chunk(zm_source *source, zm_array *array, uint64_t chunk, zm_cache_ref *ref,
                      zm_err *err)
 {
     struct {
         uint64_t serial, chunk;
     } key_bytes = {array->serial, chunk};
     struct chunk_load context = {source, array, chunk};
-    return zm__chunk_cache_get(source->cache, zm__chunk_key(&key_bytes, sizeof key_bytes),
+    return zm_cache_get(source->cache, zm_cache_key(&key_bytes, sizeof key_bytes),
                                load_chunk, &context, ref, err);
 }
 
@@ -237,7 +237,7 @@ static int gather_chunk(void *context, size_t task)
                                     &g->errors[task]);
         }
     }
-    zm__chunk_ref ref;
+    zm_cache_ref ref;
     int rc = get_chunk(g->source, array, chunk, &ref, &g->errors[task]);
     if (rc != 0)
         return rc;
@@ -304,7 +304,7 @@ static int gather_chunk(void *context, size_t task)
             }
         }
     }
-    zm__chunk_cache_release(g->source->cache, &ref);
+    zm_cache_release(g->source->cache, &ref);
     return 0;
 }
 

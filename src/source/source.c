@@ -165,7 +165,7 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
     size_t cache_bytes = options && options->chunk_cache_bytes ? options->chunk_cache_bytes
                                                                 : DEFAULT_CACHE_BYTES;
     if ((threads > 1 && (rc = zm__pool_create(threads - 1, &source->pool)) != 0) ||
-        (rc = zm__chunk_cache_create(cache_bytes, &source->cache)) != 0) {
+        (rc = zm_cache_create(cache_bytes, &source->cache)) != 0) {
         rc = zm_err_set(err, rc, "%s: cannot start the decode threads or cache", path);
         goto fail;
     }
@@ -206,7 +206,7 @@ void zm_source_close(zm_source *source)
     if (source == NULL)
         return;
     zm__pool_destroy(source->pool);
-    zm__chunk_cache_destroy(source->cache);
+    zm_cache_destroy(source->cache);
     zm__element_free(source->root);
     zm__hdf5_lock();
     for (size_t i = 0; i < source->array_count; i++)
@@ -230,8 +230,8 @@ void zm_source_get_stats(zm_source *source, zm_source_stats *stats)
     stats->chunks_decoded = source->chunks_decoded;
     stats->bytes_read = source->bytes_read;
     stats->hdf5_reads = source->hdf5_reads;
-    zm__chunk_cache_stats c;
-    zm__chunk_cache_get_stats(source->cache, &c);
+    zm_cache_stats c;
+    zm_cache_get_stats(source->cache, &c);
     stats->cache_hits = c.hits;
     stats->cache_misses = c.misses;
     stats->cache_evictions = c.evictions;

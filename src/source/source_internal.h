@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "source/chunk_cache.h"
+#include "zarrmount/cache.h"
 #include "source/filters.h"
 #include "source/pool.h"
 #include "zarrmount/source.h"
@@ -71,7 +71,7 @@ struct zm_source {
     uint64_t n_obs, n_vars;
     zm_element *root;
     zm__pool *pool;
-    zm__chunk_cache *cache;
+    zm_cache *cache;
     /* Every array, to close and free them. */
     zm_array **arrays;
     size_t array_count, array_capacity;

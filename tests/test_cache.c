@@ -1,4 +1,4 @@
-/* Tests for the decoded-chunk cache (src/source/chunk_cache.c): hits,
+/* Tests for the decoded-chunk cache (src/cache/cache.c): hits,
  * misses and evictions counted right, the capacity respected in LRU order,
  * held chunks never evicted, one load per key however many threads ask at
  * once, and failed loads handed to every waiter and never kept. Run under
@@ -14,7 +14,7 @@
 #include <time.h>
 #include <xxhash.h>
 
-#include "source/chunk_cache.h"
+#include "zarrmount/cache.h"
 
 static void sleep_us(long us)
 {
@@ -57,7 +57,7 @@ static int load(void *context, uint8_t **bytes, size_t *size, zm_err *err)
     return 0;
 }
 
-static bool holds_pattern(const zm__chunk_ref *ref, uint64_t key, size_t size)
+static bool holds_pattern(const zm_cache_ref *ref, uint64_t key, size_t size)
 {
     if (ref->size != size)
         return false;
@@ -69,34 +69,34 @@ static bool holds_pattern(const zm__chunk_ref *ref, uint64_t key, size_t size)
 
 /* Gets key (loading `size` bytes on a miss) and releases it at once;
  * returns whether the loader ran. */
-static bool touch(zm__chunk_cache *cache, uint64_t key, size_t size)
+static bool touch(zm_cache *cache, uint64_t key, size_t size)
 {
     loader_state l = {.key = key, .size = size};
-    zm__chunk_ref ref;
+    zm_cache_ref ref;
     zm_err err;
-    cr_assert_eq(zm__chunk_cache_get(cache, key, load, &l, &ref, &err), 0, "%s", err.reason);
+    cr_assert_eq(zm_cache_get(cache, key, load, &l, &ref, &err), 0, "%s", err.reason);
     cr_assert(holds_pattern(&ref, key, size));
-    zm__chunk_cache_release(cache, &ref);
+    zm_cache_release(cache, &ref);
     cr_assert_null(ref.entry);
     return atomic_load(&l.calls) == 1;
 }
 
-static zm__chunk_cache_stats stats_of(zm__chunk_cache *cache)
+static zm_cache_stats stats_of(zm_cache *cache)
 {
-    zm__chunk_cache_stats s;
-    zm__chunk_cache_get_stats(cache, &s);
+    zm_cache_stats s;
+    zm_cache_get_stats(cache, &s);
     return s;
 }
 
-Test(chunk_cache, hits_and_misses)
+Test(cache, hits_and_misses)
 {
-    zm__chunk_cache *cache;
-    cr_assert_eq(zm__chunk_cache_create(1 << 20, &cache), 0);
+    zm_cache *cache;
+    cr_assert_eq(zm_cache_create(1 << 20, &cache), 0);
     cr_assert(touch(cache, 1, 100));
     cr_assert(!touch(cache, 1, 100));
     cr_assert(!touch(cache, 1, 100));
     cr_assert(touch(cache, 2, 50));
-    zm__chunk_cache_stats s = stats_of(cache);
+    zm_cache_stats s = stats_of(cache);
     cr_assert_eq(s.misses, 2u);
     cr_assert_eq(s.hits, 2u);
     cr_assert_eq(s.evictions, 0u);
@@ -104,19 +104,19 @@ Test(chunk_cache, hits_and_misses)
     cr_assert_eq(s.entries, 2u);
     cr_assert_eq(s.bytes_held, 150u);
     cr_assert_eq(s.capacity_bytes, 1u << 20);
-    zm__chunk_cache_destroy(cache);
+    zm_cache_destroy(cache);
 }
 
-Test(chunk_cache, capacity_and_lru_order)
+Test(cache, capacity_and_lru_order)
 {
-    zm__chunk_cache *cache;
-    cr_assert_eq(zm__chunk_cache_create(300, &cache), 0);
+    zm_cache *cache;
+    cr_assert_eq(zm_cache_create(300, &cache), 0);
     cr_assert(touch(cache, 1, 100));
     cr_assert(touch(cache, 2, 100));
     cr_assert(touch(cache, 3, 100));
     cr_assert(!touch(cache, 1, 100)); /* 1 is now the most recent; 2 the oldest */
     cr_assert(touch(cache, 4, 100));  /* evicts 2 */
-    zm__chunk_cache_stats s = stats_of(cache);
+    zm_cache_stats s = stats_of(cache);
     cr_assert_eq(s.evictions, 1u);
     cr_assert_eq(s.entries, 3u);
     cr_assert_eq(s.bytes_held, 300u);
@@ -135,75 +135,75 @@ Test(chunk_cache, capacity_and_lru_order)
     cr_assert(touch(cache, 6, 1000));
     s = stats_of(cache);
     cr_assert_leq(s.bytes_held, 300u);
-    zm__chunk_cache_destroy(cache);
+    zm_cache_destroy(cache);
 }
 
-Test(chunk_cache, held_entries_are_not_evicted)
+Test(cache, held_entries_are_not_evicted)
 {
-    zm__chunk_cache *cache;
-    cr_assert_eq(zm__chunk_cache_create(100, &cache), 0);
+    zm_cache *cache;
+    cr_assert_eq(zm_cache_create(100, &cache), 0);
     loader_state a = {.key = 10, .size = 100}, b = {.key = 11, .size = 100},
                  c = {.key = 12, .size = 100};
-    zm__chunk_ref ra, rb, rc;
+    zm_cache_ref ra, rb, rc;
     zm_err err;
-    cr_assert_eq(zm__chunk_cache_get(cache, 10, load, &a, &ra, &err), 0);
-    cr_assert_eq(zm__chunk_cache_get(cache, 11, load, &b, &rb, &err), 0);
-    cr_assert_eq(zm__chunk_cache_get(cache, 12, load, &c, &rc, &err), 0);
+    cr_assert_eq(zm_cache_get(cache, 10, load, &a, &ra, &err), 0);
+    cr_assert_eq(zm_cache_get(cache, 11, load, &b, &rb, &err), 0);
+    cr_assert_eq(zm_cache_get(cache, 12, load, &c, &rc, &err), 0);
     /* 300 bytes held against a capacity of 100: all stay, all intact. */
-    zm__chunk_cache_stats s = stats_of(cache);
+    zm_cache_stats s = stats_of(cache);
     cr_assert_eq(s.bytes_held, 300u);
     cr_assert_eq(s.evictions, 0u);
     cr_assert(holds_pattern(&ra, 10, 100) && holds_pattern(&rb, 11, 100) &&
               holds_pattern(&rc, 12, 100));
     /* A second holder of a held entry shares it. */
-    zm__chunk_ref ra2;
-    cr_assert_eq(zm__chunk_cache_get(cache, 10, load, &a, &ra2, &err), 0);
+    zm_cache_ref ra2;
+    cr_assert_eq(zm_cache_get(cache, 10, load, &a, &ra2, &err), 0);
     cr_assert_eq(ra2.bytes, ra.bytes);
     cr_assert_eq(atomic_load(&a.calls), 1);
     /* Released entries go, down to the capacity; held ones stay. */
-    zm__chunk_cache_release(cache, &rb);
+    zm_cache_release(cache, &rb);
     s = stats_of(cache);
     cr_assert_eq(s.bytes_held, 200u);
     cr_assert_eq(s.evictions, 1u);
-    zm__chunk_cache_release(cache, &ra);
+    zm_cache_release(cache, &ra);
     cr_assert(holds_pattern(&ra2, 10, 100)); /* still held through ra2 */
     s = stats_of(cache);
     cr_assert_eq(s.bytes_held, 200u);
-    zm__chunk_cache_release(cache, &rc);
+    zm_cache_release(cache, &rc);
     s = stats_of(cache);
     cr_assert_eq(s.bytes_held, 100u);
     cr_assert_eq(s.evictions, 2u);
-    zm__chunk_cache_release(cache, &ra2);
+    zm_cache_release(cache, &ra2);
     s = stats_of(cache);
     cr_assert_eq(s.bytes_held, 100u);
     cr_assert_eq(s.entries, 1u);
     cr_assert(!touch(cache, 10, 100)); /* the last released, kept */
     /* Releasing an empty ref does nothing. */
-    zm__chunk_ref none = {0};
-    zm__chunk_cache_release(cache, &none);
-    zm__chunk_cache_release(cache, NULL);
-    zm__chunk_cache_destroy(cache);
+    zm_cache_ref none = {0};
+    zm_cache_release(cache, &none);
+    zm_cache_release(cache, NULL);
+    zm_cache_destroy(cache);
 }
 
-Test(chunk_cache, zero_capacity_keeps_nothing)
+Test(cache, zero_capacity_keeps_nothing)
 {
-    zm__chunk_cache *cache;
-    cr_assert_eq(zm__chunk_cache_create(0, &cache), 0);
+    zm_cache *cache;
+    cr_assert_eq(zm_cache_create(0, &cache), 0);
     cr_assert(touch(cache, 1, 10));
     cr_assert(touch(cache, 1, 10));
     cr_assert(touch(cache, 2, 0));
     cr_assert(touch(cache, 2, 0));
-    zm__chunk_cache_stats s = stats_of(cache);
+    zm_cache_stats s = stats_of(cache);
     cr_assert_eq(s.entries, 0u);
     cr_assert_eq(s.bytes_held, 0u);
     cr_assert_eq(s.misses, 4u);
-    zm__chunk_cache_destroy(cache);
+    zm_cache_destroy(cache);
 }
 
 /* ---- single flight ------------------------------------------------------ */
 
 typedef struct getter {
-    zm__chunk_cache *cache;
+    zm_cache *cache;
     uint64_t key;
     loader_state *loader;
     pthread_barrier_t *start;
@@ -217,18 +217,18 @@ static void *get_once(void *arg)
 {
     getter *g = arg;
     pthread_barrier_wait(g->start);
-    zm__chunk_ref ref;
-    g->rc = zm__chunk_cache_get(g->cache, g->key, load, g->loader, &ref, &g->err);
+    zm_cache_ref ref;
+    g->rc = zm_cache_get(g->cache, g->key, load, g->loader, &ref, &g->err);
     if (g->rc == 0) {
         g->bytes = ref.bytes;
         g->intact = holds_pattern(&ref, g->key, g->loader->size);
         sleep_us(1000); /* hold a while, so releases overlap */
-        zm__chunk_cache_release(g->cache, &ref);
+        zm_cache_release(g->cache, &ref);
     }
     return NULL;
 }
 
-static void run_getters(zm__chunk_cache *cache, uint64_t key, loader_state *l, int n, getter *g)
+static void run_getters(zm_cache *cache, uint64_t key, loader_state *l, int n, getter *g)
 {
     pthread_t t[16];
     pthread_barrier_t start;
@@ -242,12 +242,12 @@ static void run_getters(zm__chunk_cache *cache, uint64_t key, loader_state *l, i
     pthread_barrier_destroy(&start);
 }
 
-Test(chunk_cache, single_flight_loads_once)
+Test(cache, single_flight_loads_once)
 {
     size_t capacities[] = {1 << 20, 0};
     for (int c = 0; c < 2; c++) {
-        zm__chunk_cache *cache;
-        cr_assert_eq(zm__chunk_cache_create(capacities[c], &cache), 0);
+        zm_cache *cache;
+        cr_assert_eq(zm_cache_create(capacities[c], &cache), 0);
         loader_state l = {.key = 77, .size = 4096, .delay_us = 100000};
         getter g[8];
         run_getters(cache, 77, &l, 8, g);
@@ -257,18 +257,18 @@ Test(chunk_cache, single_flight_loads_once)
             cr_assert(g[k].intact);
             cr_assert_eq(g[k].bytes, g[0].bytes);
         }
-        zm__chunk_cache_stats s = stats_of(cache);
+        zm_cache_stats s = stats_of(cache);
         cr_assert_eq(s.misses, 1u);
         cr_assert_eq(s.hits, 7u);
         cr_assert_eq(s.entries, c == 0 ? 1u : 0u);
-        zm__chunk_cache_destroy(cache);
+        zm_cache_destroy(cache);
     }
 }
 
-Test(chunk_cache, failed_load_reaches_every_waiter_and_is_not_kept)
+Test(cache, failed_load_reaches_every_waiter_and_is_not_kept)
 {
-    zm__chunk_cache *cache;
-    cr_assert_eq(zm__chunk_cache_create(1 << 20, &cache), 0);
+    zm_cache *cache;
+    cr_assert_eq(zm_cache_create(1 << 20, &cache), 0);
     loader_state l = {.key = 5,
                       .size = 64,
                       .delay_us = 100000,
@@ -282,58 +282,58 @@ Test(chunk_cache, failed_load_reaches_every_waiter_and_is_not_kept)
         cr_assert_eq(g[k].err.code, -EIO);
         cr_assert_str_eq(g[k].err.reason, l.reason);
     }
-    zm__chunk_cache_stats s = stats_of(cache);
+    zm_cache_stats s = stats_of(cache);
     cr_assert_eq(s.loads_failed, 1u);
     cr_assert_eq(s.entries, 0u);
     cr_assert_eq(s.bytes_held, 0u);
     /* The next get tries again, and this time it works. */
     l.fail = 0;
     l.delay_us = 0;
-    zm__chunk_ref ref;
+    zm_cache_ref ref;
     zm_err err;
-    cr_assert_eq(zm__chunk_cache_get(cache, 5, load, &l, &ref, &err), 0);
+    cr_assert_eq(zm_cache_get(cache, 5, load, &l, &ref, &err), 0);
     cr_assert_eq(atomic_load(&l.calls), 2);
     cr_assert(holds_pattern(&ref, 5, 64));
     cr_assert_eq(err.code, 0);
-    zm__chunk_cache_release(cache, &ref);
+    zm_cache_release(cache, &ref);
     cr_assert(!touch(cache, 5, 64));
-    zm__chunk_cache_destroy(cache);
+    zm_cache_destroy(cache);
 }
 
-Test(chunk_cache, loader_without_reason_or_sign)
+Test(cache, loader_without_reason_or_sign)
 {
-    zm__chunk_cache *cache;
-    cr_assert_eq(zm__chunk_cache_create(1 << 20, &cache), 0);
-    zm__chunk_ref ref;
+    zm_cache *cache;
+    cr_assert_eq(zm_cache_create(1 << 20, &cache), 0);
+    zm_cache_ref ref;
     zm_err err;
     loader_state l = {.key = 1, .size = 8, .fail = -ENOMEM};
-    cr_assert_eq(zm__chunk_cache_get(cache, 1, load, &l, &ref, &err), -ENOMEM);
+    cr_assert_eq(zm_cache_get(cache, 1, load, &l, &ref, &err), -ENOMEM);
     cr_assert_str_eq(err.reason, "chunk load failed (error -12)");
     cr_assert_null(ref.entry);
     l.fail = EIO; /* a positive errno is taken as its negative */
-    cr_assert_eq(zm__chunk_cache_get(cache, 1, load, &l, &ref, &err), -EIO);
+    cr_assert_eq(zm_cache_get(cache, 1, load, &l, &ref, &err), -EIO);
     cr_assert_eq(err.code, -EIO);
-    cr_assert_eq(zm__chunk_cache_get(NULL, 1, load, &l, &ref, &err), -EINVAL);
-    cr_assert_eq(zm__chunk_cache_get(cache, 1, NULL, &l, &ref, NULL), -EINVAL);
+    cr_assert_eq(zm_cache_get(NULL, 1, load, &l, &ref, &err), -EINVAL);
+    cr_assert_eq(zm_cache_get(cache, 1, NULL, &l, &ref, NULL), -EINVAL);
     cr_assert_eq(stats_of(cache).loads_failed, 2u);
-    zm__chunk_cache_destroy(cache);
+    zm_cache_destroy(cache);
 }
 
 /* ---- keys --------------------------------------------------------------- */
 
-Test(chunk_cache, keys_are_xxh3)
+Test(cache, keys_are_xxh3)
 {
-    cr_assert_eq(zm__chunk_key("", 0), 0x2d06800538d394c2ull); /* XXH3_64bits of nothing */
+    cr_assert_eq(zm_cache_key("", 0), 0x2d06800538d394c2ull); /* XXH3_64bits of nothing */
     uint64_t parts[2] = {3, 9};
-    cr_assert_eq(zm__chunk_key(parts, sizeof parts), XXH3_64bits(parts, sizeof parts));
+    cr_assert_eq(zm_cache_key(parts, sizeof parts), XXH3_64bits(parts, sizeof parts));
     uint64_t other[2] = {9, 3};
-    cr_assert_neq(zm__chunk_key(parts, sizeof parts), zm__chunk_key(other, sizeof other));
+    cr_assert_neq(zm_cache_key(parts, sizeof parts), zm_cache_key(other, sizeof other));
 }
 
 /* ---- many threads, many keys -------------------------------------------- */
 
 typedef struct stress {
-    zm__chunk_cache *cache;
+    zm_cache *cache;
     uint64_t seed;
     _Atomic int bad;
     _Atomic uint64_t successes;
@@ -352,7 +352,7 @@ static void *stress_thread(void *arg)
 {
     stress *s = arg;
     uint64_t state = s->seed;
-    zm__chunk_ref held[4] = {{0}};
+    zm_cache_ref held[4] = {{0}};
     uint64_t held_key[4] = {0};
     for (int i = 0; i < 3000; i++) {
         state = state * 6364136223846793005ull + 1442695040888963407ull;
@@ -361,11 +361,11 @@ static void *stress_thread(void *arg)
         if (held[slot].entry) {
             if (!holds_pattern(&held[slot], held_key[slot], 100 + held_key[slot]))
                 atomic_fetch_add(&s->bad, 1);
-            zm__chunk_cache_release(s->cache, &held[slot]);
+            zm_cache_release(s->cache, &held[slot]);
         }
         loader_state l = {.key = key, .size = 100 + key};
         zm_err err;
-        int rc = zm__chunk_cache_get(s->cache, key, stress_load, &l, &held[slot], &err);
+        int rc = zm_cache_get(s->cache, key, stress_load, &l, &held[slot], &err);
         if (key % 17 == 3) {
             if (rc != -EIO || strstr(err.reason, "always fails") == NULL)
                 atomic_fetch_add(&s->bad, 1);
@@ -377,15 +377,15 @@ static void *stress_thread(void *arg)
         held_key[slot] = key;
     }
     for (int k = 0; k < 4; k++)
-        zm__chunk_cache_release(s->cache, &held[k]);
+        zm_cache_release(s->cache, &held[k]);
     return NULL;
 }
 
-Test(chunk_cache, many_threads_many_keys)
+Test(cache, many_threads_many_keys)
 {
-    zm__chunk_cache *cache;
+    zm_cache *cache;
     size_t capacity = 3000; /* about 20 of the 100 chunks */
-    cr_assert_eq(zm__chunk_cache_create(capacity, &cache), 0);
+    cr_assert_eq(zm_cache_create(capacity, &cache), 0);
     pthread_t t[8];
     stress s[8];
     for (int k = 0; k < 8; k++) {
@@ -399,11 +399,11 @@ Test(chunk_cache, many_threads_many_keys)
         successes += atomic_load(&s[k].successes);
     }
     /* Every successful get was a hit or a load that worked. */
-    zm__chunk_cache_stats st = stats_of(cache);
+    zm_cache_stats st = stats_of(cache);
     cr_assert_eq(successes, st.hits + st.misses - st.loads_failed);
     cr_assert_leq(st.bytes_held, capacity);
     cr_assert_gt(st.hits, 0u);
     cr_assert_gt(st.evictions, 0u);
     cr_assert_gt(st.loads_failed, 0u);
-    zm__chunk_cache_destroy(cache);
+    zm_cache_destroy(cache);
 }

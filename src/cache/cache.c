@@ -7,7 +7,7 @@
  * failed entry leaves the table at once, so the next get loads again, and
  * stays alive only until the threads that waited on it have read its error.
  *
- * Each entry counts its references: holders of a zm__chunk_ref and threads
+ * Each entry counts its references: holders of a zm_cache_ref and threads
  * waiting on its load. A READY entry nobody references sits on the LRU
  * list, least recently released first, and only entries on that list are
  * ever evicted, so bytes handed out stay valid until released. Eviction runs
@@ -17,7 +17,7 @@
  * Everything is under one mutex, held only for table and list updates, never
  * while a loader runs or while a caller uses the bytes.
  */
-#include "source/chunk_cache.h"
+#include "zarrmount/cache.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -45,29 +45,29 @@ typedef struct zm__entry {
     bool in_lru;
 } zm__entry;
 
-struct zm__chunk_cache {
+struct zm_cache {
     pthread_mutex_t mutex;
     zm__entry **buckets;
     unsigned bucket_bits; /* 2^bucket_bits buckets */
     size_t table_count;   /* entries in the table, LOADING or READY */
     zm__entry *lru_oldest, *lru_newest;
     size_t capacity;
-    zm__chunk_cache_stats stats; /* bytes_held, entries: READY entries in the table */
+    zm_cache_stats stats; /* bytes_held, entries: READY entries in the table */
 };
 
-uint64_t zm__chunk_key(const void *bytes, size_t length)
+uint64_t zm_cache_key(const void *bytes, size_t length)
 {
     return XXH3_64bits(bytes, length);
 }
 
 /* Fibonacci hashing: the top bits of key × 2^64/φ, so keys that are not
  * hashes (small integers in tests, say) still spread over the buckets. */
-static size_t zm__bucket(const zm__chunk_cache *cache, uint64_t key)
+static size_t zm__bucket(const zm_cache *cache, uint64_t key)
 {
     return (size_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - cache->bucket_bits));
 }
 
-static zm__entry *zm__lookup(const zm__chunk_cache *cache, uint64_t key)
+static zm__entry *zm__lookup(const zm_cache *cache, uint64_t key)
 {
     for (zm__entry *e = cache->buckets[zm__bucket(cache, key)]; e != NULL; e = e->next)
         if (e->key == key)
@@ -77,7 +77,7 @@ static zm__entry *zm__lookup(const zm__chunk_cache *cache, uint64_t key)
 
 /* Doubles the table when it holds more entries than buckets. Failing to
  * allocate only leaves chains longer, so it is not an error. */
-static void zm__maybe_grow(zm__chunk_cache *cache)
+static void zm__maybe_grow(zm_cache *cache)
 {
     size_t nbuckets = (size_t)1 << cache->bucket_bits;
     if (cache->table_count <= nbuckets || cache->bucket_bits >= 8 * sizeof(size_t) - 2)
@@ -101,7 +101,7 @@ static void zm__maybe_grow(zm__chunk_cache *cache)
     free(old);
 }
 
-static void zm__table_insert(zm__chunk_cache *cache, zm__entry *e)
+static void zm__table_insert(zm_cache *cache, zm__entry *e)
 {
     size_t i = zm__bucket(cache, e->key);
     e->next = cache->buckets[i];
@@ -111,7 +111,7 @@ static void zm__table_insert(zm__chunk_cache *cache, zm__entry *e)
     zm__maybe_grow(cache);
 }
 
-static void zm__table_remove(zm__chunk_cache *cache, zm__entry *e)
+static void zm__table_remove(zm_cache *cache, zm__entry *e)
 {
     zm__entry **link = &cache->buckets[zm__bucket(cache, e->key)];
     while (*link != e)
@@ -122,7 +122,7 @@ static void zm__table_remove(zm__chunk_cache *cache, zm__entry *e)
     cache->table_count--;
 }
 
-static void zm__lru_push(zm__chunk_cache *cache, zm__entry *e)
+static void zm__lru_push(zm_cache *cache, zm__entry *e)
 {
     e->lru_next = NULL;
     e->lru_prev = cache->lru_newest;
@@ -134,7 +134,7 @@ static void zm__lru_push(zm__chunk_cache *cache, zm__entry *e)
     e->in_lru = true;
 }
 
-static void zm__lru_remove(zm__chunk_cache *cache, zm__entry *e)
+static void zm__lru_remove(zm_cache *cache, zm__entry *e)
 {
     if (e->lru_prev != NULL)
         e->lru_prev->lru_next = e->lru_next;
@@ -159,7 +159,7 @@ static void zm__entry_free(zm__entry *e)
 /* Evicts the least recently released unheld entries until the READY bytes
  * fit the capacity (a capacity of 0 keeps nothing unheld, even empty
  * chunks). Mutex held. */
-static void zm__evict(zm__chunk_cache *cache)
+static void zm__evict(zm_cache *cache)
 {
     while (cache->lru_oldest != NULL &&
            (cache->capacity == 0 || cache->stats.bytes_held > cache->capacity)) {
@@ -173,10 +173,10 @@ static void zm__evict(zm__chunk_cache *cache)
     }
 }
 
-int zm__chunk_cache_create(size_t capacity_bytes, zm__chunk_cache **out)
+int zm_cache_create(size_t capacity_bytes, zm_cache **out)
 {
     *out = NULL;
-    zm__chunk_cache *cache = calloc(1, sizeof *cache);
+    zm_cache *cache = calloc(1, sizeof *cache);
     if (cache == NULL)
         return -ENOMEM;
     cache->bucket_bits = 6;
@@ -197,7 +197,7 @@ int zm__chunk_cache_create(size_t capacity_bytes, zm__chunk_cache **out)
     return 0;
 }
 
-void zm__chunk_cache_destroy(zm__chunk_cache *cache)
+void zm_cache_destroy(zm_cache *cache)
 {
     if (cache == NULL)
         return;
@@ -216,7 +216,7 @@ void zm__chunk_cache_destroy(zm__chunk_cache *cache)
     free(cache);
 }
 
-static void zm__fill_ref(zm__chunk_ref *ref, zm__entry *e)
+static void zm__fill_ref(zm_cache_ref *ref, zm__entry *e)
 {
     ref->bytes = e->bytes;
     ref->size = e->size;
@@ -231,8 +231,8 @@ static void zm__unref_detached(zm__entry *e)
         zm__entry_free(e);
 }
 
-int zm__chunk_cache_get(zm__chunk_cache *cache, uint64_t key, zm__chunk_loader loader,
-                        void *context, zm__chunk_ref *ref, zm_err *err)
+int zm_cache_get(zm_cache *cache, uint64_t key, zm_cache_loader loader,
+                        void *context, zm_cache_ref *ref, zm_err *err)
 {
     ref->bytes = NULL;
     ref->size = 0;
@@ -334,7 +334,7 @@ int zm__chunk_cache_get(zm__chunk_cache *cache, uint64_t key, zm__chunk_loader l
     return 0;
 }
 
-void zm__chunk_cache_release(zm__chunk_cache *cache, zm__chunk_ref *ref)
+void zm_cache_release(zm_cache *cache, zm_cache_ref *ref)
 {
     if (cache == NULL || ref == NULL || ref->entry == NULL)
         return;
@@ -350,7 +350,7 @@ void zm__chunk_cache_release(zm__chunk_cache *cache, zm__chunk_ref *ref)
     ref->entry = NULL;
 }
 
-void zm__chunk_cache_get_stats(zm__chunk_cache *cache, zm__chunk_cache_stats *stats)
+void zm_cache_get_stats(zm_cache *cache, zm_cache_stats *stats)
 {
     pthread_mutex_lock(&cache->mutex);
     *stats = cache->stats;

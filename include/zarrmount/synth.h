@@ -1,0 +1,20 @@
+/* zarrmount synth: the bytes of one chunk of a view's store, before the
+ * codec: values gathered from the source in the view's order, each source
+ * chunk a request needs decoded once (the source's gathers), padded to the
+ * full chunk shape as Zarr v2 stores edge chunks. */
+#ifndef ZARRMOUNT_SYNTH_H
+#define ZARRMOUNT_SYNTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zarrmount/error.h"
+#include "zarrmount/view.h"
+
+/* Makes the raw (unencoded) bytes of the chunk at grid coordinates coords
+ * of an array node. *raw is malloc'd. The typesize for the codec (1 for
+ * strings) goes to *typesize. */
+int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coords,
+                   uint8_t **raw, size_t *raw_size, size_t *typesize, zm_err *err);
+
+#endif

@@ -1,0 +1,107 @@
+/* zarrmount view: a selection over a source, laid out as an AnnData Zarr
+ * store. A view knows which source row each of its rows is (its cells in
+ * priority order, or file order), and the store's nodes: groups with their
+ * attributes, and arrays with their shape, chunks, dtype and where each
+ * chunk's values come from. The bytes of a chunk are made by synth. */
+#ifndef ZARRMOUNT_VIEW_H
+#define ZARRMOUNT_VIEW_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zarrmount/error.h"
+#include "zarrmount/select.h"
+#include "zarrmount/source.h"
+#include "zarrmount/zarr.h"
+
+struct json_t;
+
+typedef enum zm_view_kind {
+    ZM_VIEW_FULL,    /* every cell in the priority order of seed 0 */
+    ZM_VIEW_FILE,    /* every cell in file order */
+    ZM_VIEW_UNIFORM, /* the uniform subsample (seed, k) */
+    ZM_VIEW_BLOCKS,  /* the blocks subsample (seed, k, block size) */
+} zm_view_kind;
+
+typedef struct zm_view_spec {
+    zm_view_kind kind;
+    uint32_t seed;
+    uint64_t k;          /* requested size (≥ 1); k ≥ n keeps every cell */
+    uint64_t block_size; /* blocks */
+    int block_size_given;/* B in the path (else the file's B0) */
+} zm_view_spec;
+
+/* Where an array's chunks come from. */
+typedef enum zm_producer {
+    ZM_PRODUCE_CELL_ROWS,   /* rows of a per-cell array, in view order */
+    ZM_PRODUCE_ROWS,        /* rows of an array as stored (not per cell) */
+    ZM_PRODUCE_CELL_STRINGS,/* per-cell strings, in view order */
+    ZM_PRODUCE_STRINGS,     /* strings as stored */
+    ZM_PRODUCE_SCALAR,      /* a 0-d number */
+    ZM_PRODUCE_STRING_SCALAR, /* a 0-d string as numpy <U */
+    ZM_PRODUCE_CONSTANT,    /* a 0-d number the view makes (priority record) */
+    ZM_PRODUCE_POSITIONS,   /* obs/cellucid_original_position */
+    ZM_PRODUCE_INDPTR,      /* a sparse matrix's pointers in the view */
+    ZM_PRODUCE_ENTRIES,     /* a sparse matrix's data or indices in the view */
+} zm_producer;
+
+/* Which part of a sparse matrix an ENTRIES/INDPTR array is. */
+typedef enum zm_sparse_part { ZM_PART_DATA, ZM_PART_INDICES, ZM_PART_INDPTR } zm_sparse_part;
+
+typedef struct zm_view zm_view;
+typedef struct zm_view_sparse zm_view_sparse; /* a sparse matrix laid out in the view */
+
+typedef struct zm_store_node zm_store_node;
+struct zm_store_node {
+    char *name;
+    int is_array;
+    struct json_t *attrs;     /* .zattrs (NULL: none) */
+    /* arrays */
+    zm_zarr_array_meta meta;  /* meta.codec is set by the tree */
+    zm_producer producer;
+    const zm_element *element;
+    const zm_array *source;   /* the source array values come from */
+    zm_sparse_part part;
+    zm_view_sparse *sparse;   /* INDPTR / ENTRIES */
+    int64_t constant;         /* CONSTANT */
+    size_t value_size;        /* bytes per value (numbers) */
+    uint64_t grid[ZM_ZARR_MAX_RANK];
+    /* groups */
+    size_t child_count;
+    zm_store_node **children;
+};
+
+/* Builds a view of a source: selects its cells (zm_select) and lays out the
+ * store. Refusals of the kernel are -EINVAL with its reason. chunk_bytes is
+ * the raw size a chunk aims at. */
+int zm_view_create(zm_source *source, const zm_view_spec *spec, uint64_t chunk_bytes,
+                   zm_view **out, zm_err *err);
+void zm_view_free(zm_view *view);
+
+const zm_store_node *zm_view_root(const zm_view *view);
+/* The node at a store path ("X/data"; "" the root), or NULL. */
+const zm_store_node *zm_view_find(const zm_view *view, const char *path);
+/* Cells in the view, and source row of each view row. */
+uint64_t zm_view_rows(const zm_view *view);
+const uint32_t *zm_view_order(const zm_view *view);
+zm_source *zm_view_source(const zm_view *view);
+const zm_view_spec *zm_view_get_spec(const zm_view *view);
+/* The cell set digest of the view's cells. */
+const char *zm_view_digest(const zm_view *view);
+
+/* Sparse layout (synth uses these). */
+typedef struct zm_view_sparse_info {
+    const zm_element *element;
+    int per_cell_rows;   /* rows are cells (CSR of X, layers, obsm, raw/X, obsp) */
+    int per_cell_columns;/* columns are cells too (obsp): renumbered, others dropped */
+    uint64_t rows;       /* view rows (major dimension) */
+    const int64_t *indptr; /* view pointers, rows + 1 */
+    const int64_t *source_indptr; /* the source's pointers */
+} zm_view_sparse_info;
+int zm_view_sparse_get(zm_view *view, zm_view_sparse *sparse, zm_view_sparse_info *info,
+                       zm_err *err);
+/* obsp: the view position of each source cell, or -1 (not kept). */
+const int64_t *zm_view_inverse(zm_view *view, zm_err *err);
+
+#endif

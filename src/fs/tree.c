@@ -1,0 +1,765 @@
+/* The mounted tree as paths: the views (full/, file/, uniform/, blocks/),
+ * each an AnnData Zarr store whose files are made when read, and
+ * .zarrmount/info.json. No FUSE here: fuse.c serves these calls. */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fs/tree.h"
+#include "zarrmount/cache.h"
+#include "zarrmount/source.h"
+#include "zarrmount/synth.h"
+#include "zarrmount/view.h"
+#include "zarrmount/zarr.h"
+
+#define DEFAULT_FILE_CACHE_BYTES (512u << 20)
+#define MAX_VIEWS 32
+
+typedef struct view_entry {
+    char *key;          /* "uniform/seed0/k=1000", "blocks/B=64/seed3/k=10", "full", "file" */
+    zm_view *view;
+    int refs;
+    uint64_t last_used;
+} view_entry;
+
+/* Exact sizes of files already made, by path hash (open addressing). */
+typedef struct size_map {
+    uint64_t *keys, *sizes;
+    size_t capacity, count;
+} size_map;
+
+struct zm_tree {
+    char *source_path;
+    zm_source *source;
+    zm_source_identity identity;
+    zm_codec codec;
+    uint64_t chunk_bytes;
+    zm_block_size b0;
+    zm_cache *files;
+    pthread_mutex_t mutex;
+    pthread_cond_t changed;
+    view_entry views[MAX_VIEWS];
+    size_t view_count;
+    int building;        /* a view is being built (one at a time) */
+    uint64_t clock;
+    size_map sizes;
+    char *info;          /* .zarrmount/info.json */
+    size_t info_size;
+};
+
+/* ---- Sizes ----------------------------------------------------------------- */
+
+static int size_get(zm_tree *t, uint64_t key, uint64_t *size)
+{
+    int found = 0;
+    pthread_mutex_lock(&t->mutex);
+    if (t->sizes.capacity) {
+        size_t i = key % t->sizes.capacity;
+        while (t->sizes.keys[i] != 0) {
+            if (t->sizes.keys[i] == key) {
+                *size = t->sizes.sizes[i];
+                found = 1;
+                break;
+            }
+            i = (i + 1) % t->sizes.capacity;
+        }
+    }
+    pthread_mutex_unlock(&t->mutex);
+    return found;
+}
+
+static void size_put(zm_tree *t, uint64_t key, uint64_t size)
+{
+    key |= 1; /* 0 marks an empty slot */
+    pthread_mutex_lock(&t->mutex);
+    if ((t->sizes.count + 1) * 2 > t->sizes.capacity) {
+        size_t capacity = t->sizes.capacity ? t->sizes.capacity * 2 : 1024;
+        uint64_t *keys = calloc(capacity, sizeof *keys), *sizes = calloc(capacity, sizeof *sizes);
+        if (keys && sizes) {
+            for (size_t i = 0; i < t->sizes.capacity; i++) {
+                if (t->sizes.keys[i] == 0)
+                    continue;
+                size_t j = t->sizes.keys[i] % capacity;
+                while (keys[j] != 0)
+                    j = (j + 1) % capacity;
+                keys[j] = t->sizes.keys[i];
+                sizes[j] = t->sizes.sizes[i];
+            }
+            free(t->sizes.keys);
+            free(t->sizes.sizes);
+            t->sizes.keys = keys;
+            t->sizes.sizes = sizes;
+            t->sizes.capacity = capacity;
+        } else {
+            free(keys);
+            free(sizes);
+        }
+    }
+    if (t->sizes.capacity && (t->sizes.count + 1) * 2 <= t->sizes.capacity) {
+        size_t i = key % t->sizes.capacity;
+        while (t->sizes.keys[i] != 0 && t->sizes.keys[i] != key)
+            i = (i + 1) % t->sizes.capacity;
+        if (t->sizes.keys[i] == 0)
+            t->sizes.count++;
+        t->sizes.keys[i] = key;
+        t->sizes.sizes[i] = size;
+    }
+    pthread_mutex_unlock(&t->mutex);
+}
+
+static uint64_t path_key(const char *path) { return zm_cache_key(path, strlen(path)) | 1; }
+
+/* ---- Paths --------------------------------------------------------------------- */
+
+/* A canonical decimal (no sign, no leading zero) in [low, high]. */
+static int parse_number(const char *text, size_t length, uint64_t low, uint64_t high, uint64_t *out)
+{
+    if (length == 0 || length > 20 || (text[0] == '0' && length > 1))
+        return -1;
+    uint64_t v = 0;
+    for (size_t i = 0; i < length; i++) {
+        if (text[i] < '0' || text[i] > '9')
+            return -1;
+        unsigned digit = (unsigned)(text[i] - '0');
+        if (v > (UINT64_MAX - digit) / 10)
+            return -1;
+        v = v * 10 + digit;
+    }
+    if (v < low || v > high)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+typedef enum target_kind {
+    T_ROOT,
+    T_INFO_DIR,
+    T_INFO_FILE,
+    T_METHOD,   /* uniform/ or blocks/ */
+    T_BLOCK,    /* blocks/B=<B>/ */
+    T_SEED,     /* .../seed<S>/ */
+    T_VIEW,     /* a view, and a path inside it */
+} target_kind;
+
+typedef struct target {
+    target_kind kind;
+    zm_view_spec spec;
+    char key[128];       /* the view's key */
+    const char *rest;    /* inside the view */
+} target;
+
+static size_t component(const char *p) { const char *s = strchr(p, '/'); return s ? (size_t)(s - p) : strlen(p); }
+
+static int parse_path(zm_tree *t, const char *path, target *out, zm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->rest = "";
+    if (*path == '\0') {
+        out->kind = T_ROOT;
+        return 0;
+    }
+    size_t n = component(path);
+    const char *next = path[n] ? path + n + 1 : path + n;
+    if (n == 10 && !strncmp(path, ".zarrmount", 10)) {
+        if (*next == '\0')
+            out->kind = T_INFO_DIR;
+        else if (!strcmp(next, "info.json"))
+            out->kind = T_INFO_FILE;
+        else
+            return zm_err_set(err, -ENOENT, "%s: no such file", path);
+        return 0;
+    }
+    if ((n == 4 && !strncmp(path, "full", 4)) || (n == 4 && !strncmp(path, "file", 4))) {
+        out->kind = T_VIEW;
+        out->spec.kind = path[1] == 'u' ? ZM_VIEW_FULL : ZM_VIEW_FILE;
+        out->spec.k = 1;
+        snprintf(out->key, sizeof out->key, "%.4s", path);
+        out->rest = next;
+        return 0;
+    }
+    int blocks = n == 6 && !strncmp(path, "blocks", 6);
+    if (!blocks && !(n == 7 && !strncmp(path, "uniform", 7)))
+        return zm_err_set(err, -ENOENT, "%.*s: no such view (full, file, uniform, blocks)", (int)n, path);
+    out->spec.kind = blocks ? ZM_VIEW_BLOCKS : ZM_VIEW_UNIFORM;
+    out->spec.block_size = t->b0.block_size;
+    if (*next == '\0') {
+        out->kind = T_METHOD;
+        return 0;
+    }
+    const char *p = next;
+    n = component(p);
+    next = p[n] ? p + n + 1 : p + n;
+    if (blocks && n > 2 && !strncmp(p, "B=", 2)) {
+        if (parse_number(p + 2, n - 2, 1, UINT64_MAX >> 1, &out->spec.block_size) != 0)
+            return zm_err_set(err, -ENOENT, "%.*s: a block size is B=<integer ≥ 1> in canonical decimal",
+                              (int)n, p);
+        out->spec.block_size_given = 1;
+        if (*next == '\0') {
+            out->kind = T_BLOCK;
+            return 0;
+        }
+        p = next;
+        n = component(p);
+        next = p[n] ? p + n + 1 : p + n;
+    }
+    uint64_t seed;
+    if (n < 5 || strncmp(p, "seed", 4) || parse_number(p + 4, n - 4, 0, UINT32_MAX, &seed) != 0)
+        return zm_err_set(err, -ENOENT, "%.*s: expected seed<S> with S a canonical decimal in 0..4294967295",
+                          (int)n, p);
+    out->spec.seed = (uint32_t)seed;
+    if (*next == '\0') {
+        out->kind = T_SEED;
+        return 0;
+    }
+    p = next;
+    n = component(p);
+    next = p[n] ? p + n + 1 : p + n;
+    if (n < 3 || strncmp(p, "k=", 2))
+        return zm_err_set(err, -ENOENT, "%.*s: expected k=<K>", (int)n, p);
+    if (parse_number(p + 2, n - 2, 0, UINT64_MAX, &out->spec.k) != 0)
+        return zm_err_set(err, -ENOENT, "%.*s: k is a canonical decimal", (int)n, p);
+    if (out->spec.k == 0)
+        return zm_err_set(err, -ENOENT, "%.*s: k = 0 is refused: a subsample keeps at least one cell",
+                          (int)n, p);
+    out->kind = T_VIEW;
+    out->rest = next;
+    if (blocks)
+        snprintf(out->key, sizeof out->key, "blocks/B=%" PRIu64 "/seed%u/k=%" PRIu64,
+                 out->spec.block_size, out->spec.seed, out->spec.k);
+    else
+        snprintf(out->key, sizeof out->key, "uniform/seed%u/k=%" PRIu64, out->spec.seed, out->spec.k);
+    return 0;
+}
+
+/* ---- Views --------------------------------------------------------------------- */
+
+/* The view for a key, built on first use; held until view_release. */
+static int view_get(zm_tree *t, const target *tg, zm_view **out, zm_err *err)
+{
+    pthread_mutex_lock(&t->mutex);
+    for (;;) {
+        for (size_t i = 0; i < t->view_count; i++)
+            if (!strcmp(t->views[i].key, tg->key)) {
+                t->views[i].refs++;
+                t->views[i].last_used = ++t->clock;
+                *out = t->views[i].view;
+                pthread_mutex_unlock(&t->mutex);
+                return 0;
+            }
+        if (!t->building)
+            break;
+        pthread_cond_wait(&t->changed, &t->mutex);
+    }
+    t->building = 1;
+    pthread_mutex_unlock(&t->mutex);
+
+    zm_view *view = NULL;
+    int rc = zm_view_create(t->source, &tg->spec, t->chunk_bytes, &view, err);
+
+    pthread_mutex_lock(&t->mutex);
+    t->building = 0;
+    if (rc == 0) {
+        if (t->view_count == MAX_VIEWS) {
+            /* Forget the least recently used view nobody holds. */
+            size_t victim = MAX_VIEWS;
+            for (size_t i = 0; i < t->view_count; i++)
+                if (t->views[i].refs == 0 &&
+                    (victim == MAX_VIEWS || t->views[i].last_used < t->views[victim].last_used))
+                    victim = i;
+            if (victim < MAX_VIEWS) {
+                zm_view_free(t->views[victim].view);
+                free(t->views[victim].key);
+                t->views[victim] = t->views[--t->view_count];
+            }
+        }
+        if (t->view_count < MAX_VIEWS) {
+            view_entry *e = &t->views[t->view_count++];
+            e->key = strdup(tg->key);
+            e->view = view;
+            e->refs = 1;
+            e->last_used = ++t->clock;
+            *out = view;
+        } else {
+            zm_view_free(view);
+            rc = zm_err_set(err, -EBUSY, "%s: too many views in use at once", tg->key);
+        }
+    }
+    pthread_cond_broadcast(&t->changed);
+    pthread_mutex_unlock(&t->mutex);
+    return rc;
+}
+
+static void view_release(zm_tree *t, zm_view *view)
+{
+    pthread_mutex_lock(&t->mutex);
+    for (size_t i = 0; i < t->view_count; i++)
+        if (t->views[i].view == view)
+            t->views[i].refs--;
+    pthread_mutex_unlock(&t->mutex);
+}
+
+/* ---- Inside a view --------------------------------------------------------------- */
+
+typedef enum file_kind { F_NONE, F_ZGROUP, F_ZATTRS, F_ZARRAY, F_ZMETADATA, F_CHUNK } file_kind;
+
+typedef struct place {
+    const zm_store_node *node; /* the group or array, or the file's node */
+    file_kind file;
+    uint64_t coords[ZM_ZARR_MAX_RANK];
+    char store_path[1024];     /* the node's path in the store */
+} place;
+
+static int locate(zm_view *view, const char *rest, place *out, zm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    const zm_store_node *node = zm_view_root(view);
+    const char *p = rest;
+    size_t at = 0;
+    while (*p) {
+        size_t n = component(p);
+        const char *next = p[n] ? p + n + 1 : p + n;
+        const zm_store_node *child = NULL;
+        for (size_t i = 0; !node->is_array && i < node->child_count && !child; i++)
+            if (strlen(node->children[i]->name) == n && !strncmp(node->children[i]->name, p, n))
+                child = node->children[i];
+        if (child) {
+            at += (size_t)snprintf(out->store_path + at, sizeof out->store_path - at, "%s%s",
+                                   at ? "/" : "", child->name);
+            node = child;
+            p = next;
+            continue;
+        }
+        if (*next != '\0')
+            return zm_err_set(err, -ENOENT, "%s: no such element", rest);
+        /* The last component: a file of this node. */
+        out->node = node;
+        if (!strcmp(p, ".zattrs") && node->attrs)
+            out->file = F_ZATTRS;
+        else if (!node->is_array && !strcmp(p, ".zgroup"))
+            out->file = F_ZGROUP;
+        else if (!node->is_array && node == zm_view_root(view) && !strcmp(p, ".zmetadata"))
+            out->file = F_ZMETADATA;
+        else if (node->is_array && !strcmp(p, ".zarray"))
+            out->file = F_ZARRAY;
+        else if (node->is_array &&
+                 zm_zarr_parse_chunk_key(p, node->meta.rank, node->grid, out->coords) == 0)
+            out->file = F_CHUNK;
+        else
+            return zm_err_set(err, -ENOENT, "%s: no such file", rest);
+        return 0;
+    }
+    out->node = node;
+    out->file = F_NONE;
+    return 0;
+}
+
+static int dump(json_t *doc, uint8_t **bytes, size_t *size, zm_err *err)
+{
+    char *text;
+    size_t length;
+    if (doc == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    int rc = zm_zarr_dump(doc, &text, &length, err);
+    json_decref(doc);
+    if (rc == 0) {
+        *bytes = (uint8_t *)text;
+        *size = length;
+    }
+    return rc;
+}
+
+static json_t *array_document(zm_tree *t, const zm_store_node *node)
+{
+    zm_zarr_array_meta meta = node->meta;
+    meta.codec = meta.rank == 0 || t->codec.kind == ZM_CODEC_NONE ? NULL : &t->codec;
+    return zm_zarr_array_document(&meta);
+}
+
+/* Every metadata document of a store, under its key, for .zmetadata. */
+static void consolidate(zm_tree *t, const zm_store_node *node, const char *path, json_t *metadata)
+{
+    char key[1200];
+    if (node->attrs) {
+        snprintf(key, sizeof key, "%s%s.zattrs", path, *path ? "/" : "");
+        json_object_set(metadata, key, node->attrs);
+    }
+    snprintf(key, sizeof key, "%s%s%s", path, *path ? "/" : "", node->is_array ? ".zarray" : ".zgroup");
+    json_object_set_new(metadata, key, node->is_array ? array_document(t, node) : zm_zarr_group_document());
+    for (size_t i = 0; !node->is_array && i < node->child_count; i++) {
+        char child[1024];
+        snprintf(child, sizeof child, "%s%s%s", path, *path ? "/" : "", node->children[i]->name);
+        consolidate(t, node->children[i], child, metadata);
+    }
+}
+
+struct make_context {
+    zm_tree *tree;
+    zm_view *view;
+    const place *where;
+};
+
+/* Makes a file's bytes (the cache's loader). */
+static int make_file(void *context, uint8_t **bytes, size_t *size, zm_err *err)
+{
+    struct make_context *c = context;
+    const place *w = c->where;
+    switch (w->file) {
+    case F_ZGROUP:
+        return dump(zm_zarr_group_document(), bytes, size, err);
+    case F_ZATTRS:
+        return dump(json_incref(w->node->attrs), bytes, size, err);
+    case F_ZARRAY:
+        return dump(array_document(c->tree, w->node), bytes, size, err);
+    case F_ZMETADATA: {
+        json_t *metadata = json_object();
+        consolidate(c->tree, w->node, "", metadata);
+        return dump(json_pack("{s:o, s:i}", "metadata", metadata, "zarr_consolidated_format", 1), bytes,
+                    size, err);
+    }
+    case F_CHUNK: {
+        uint8_t *raw;
+        size_t raw_size, typesize;
+        int rc = zm_synth_chunk(c->view, w->node, w->coords, &raw, &raw_size, &typesize, err);
+        if (rc != 0)
+            return rc;
+        if (w->node->meta.rank == 0 || c->tree->codec.kind == ZM_CODEC_NONE) {
+            *bytes = raw;
+            *size = raw_size;
+            return 0;
+        }
+        rc = zm_codec_encode(&c->tree->codec, typesize, raw, raw_size, bytes, size, err);
+        free(raw);
+        return rc;
+    }
+    default:
+        return zm_err_set(err, -EISDIR, "not a file");
+    }
+}
+
+/* A file's size without making it, when geometry gives it. */
+static int known_size(zm_tree *t, const place *w, uint64_t *size)
+{
+    if (w->file != F_CHUNK || w->node->meta.vlen_utf8 || w->node->producer == ZM_PRODUCE_STRING_SCALAR)
+        return 0;
+    if (w->node->meta.rank > 0 && t->codec.kind != ZM_CODEC_NONE)
+        return 0;
+    uint64_t values = 1;
+    for (unsigned d = 0; d < w->node->meta.rank; d++)
+        values *= w->node->meta.chunks[d];
+    *size = values * w->node->value_size;
+    return 1;
+}
+
+static int with_file(zm_tree *t, zm_view *view, const char *full_path, const place *w,
+                     zm_cache_ref *ref, zm_err *err)
+{
+    struct make_context c = {t, view, w};
+    int rc = zm_cache_get(t->files, path_key(full_path), make_file, &c, ref, err);
+    if (rc == 0)
+        size_put(t, path_key(full_path), ref->size);
+    return rc;
+}
+
+/* ---- The API ---------------------------------------------------------------------- */
+
+static void ladder(uint64_t n, uint64_t *sizes, size_t *count)
+{
+    *count = 0;
+    for (uint64_t k = 1; k < n && *count < 20; k *= 10)
+        sizes[(*count)++] = k;
+    if (n > 0)
+        sizes[(*count)++] = n;
+}
+
+int zm__tree_lookup(zm_tree *t, const char *path, zm_node *node, zm_err *err)
+{
+    target tg;
+    int rc = parse_path(t, path, &tg, err);
+    if (rc != 0)
+        return rc;
+    node->size = 0;
+    node->kind = ZM_NODE_DIRECTORY;
+    if (tg.kind == T_INFO_FILE) {
+        node->kind = ZM_NODE_FILE;
+        node->size = t->info_size;
+        return 0;
+    }
+    if (tg.kind != T_VIEW)
+        return 0;
+    zm_view *view;
+    if ((rc = view_get(t, &tg, &view, err)) != 0)
+        return rc;
+    place w;
+    rc = locate(view, tg.rest, &w, err);
+    if (rc == 0 && w.file != F_NONE) {
+        node->kind = ZM_NODE_FILE;
+        uint64_t size;
+        if (known_size(t, &w, &size) || size_get(t, path_key(path), &size)) {
+            node->size = size;
+        } else {
+            zm_cache_ref ref;
+            rc = with_file(t, view, path, &w, &ref, err);
+            if (rc == 0) {
+                node->size = ref.size;
+                zm_cache_release(t->files, &ref);
+            }
+        }
+    }
+    view_release(t, view);
+    return rc;
+}
+
+static int emit_name(zm__tree_emit emit, void *context, const char *name, zm_node_kind kind,
+                     uint64_t size)
+{
+    zm_node node = {kind, size};
+    return emit(context, name, &node);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int zm__tree_list(zm_tree *t, const char *path, zm__tree_emit emit, void *context, zm_err *err)
+{
+    target tg;
+    int rc = parse_path(t, path, &tg, err);
+    if (rc != 0)
+        return rc;
+    char name[64];
+    switch (tg.kind) {
+    case T_ROOT: {
+        static const char *const names[] = {".zarrmount", "blocks", "file", "full", "uniform"};
+        for (size_t i = 0; i < 5; i++)
+            if ((rc = emit_name(emit, context, names[i], ZM_NODE_DIRECTORY, 0)) != 0)
+                return rc;
+        return 0;
+    }
+    case T_INFO_DIR:
+        return emit_name(emit, context, "info.json", ZM_NODE_FILE, t->info_size);
+    case T_INFO_FILE:
+        return zm_err_set(err, -ENOTDIR, "%s: not a directory", path);
+    case T_METHOD:
+        if (tg.spec.kind == ZM_VIEW_BLOCKS) {
+            snprintf(name, sizeof name, "B=%" PRIu64, t->b0.block_size);
+            if ((rc = emit_name(emit, context, name, ZM_NODE_DIRECTORY, 0)) != 0)
+                return rc;
+        }
+        return emit_name(emit, context, "seed0", ZM_NODE_DIRECTORY, 0);
+    case T_BLOCK:
+        return emit_name(emit, context, "seed0", ZM_NODE_DIRECTORY, 0);
+    case T_SEED: {
+        uint64_t sizes[24];
+        size_t count;
+        ladder(zm_source_n_obs(t->source), sizes, &count);
+        for (size_t i = 0; i < count; i++) {
+            snprintf(name, sizeof name, "k=%" PRIu64, sizes[i]);
+            if ((rc = emit_name(emit, context, name, ZM_NODE_DIRECTORY, 0)) != 0)
+                return rc;
+        }
+        return 0;
+    }
+    case T_VIEW:
+        break;
+    }
+    zm_view *view;
+    if ((rc = view_get(t, &tg, &view, err)) != 0)
+        return rc;
+    place w;
+    rc = locate(view, tg.rest, &w, err);
+    if (rc == 0 && w.file != F_NONE)
+        rc = zm_err_set(err, -ENOTDIR, "%s: not a directory", path);
+    if (rc == 0) {
+        const zm_store_node *n = w.node;
+        /* Names in order: the metadata files, then children or chunk keys. */
+        size_t count = 0, capacity = 16;
+        char **names = malloc(capacity * sizeof *names);
+        int *dirs = NULL;
+        if (n->attrs)
+            names[count++] = strdup(".zattrs");
+        names[count++] = strdup(n->is_array ? ".zarray" : ".zgroup");
+        if (!n->is_array && n == zm_view_root(view))
+            names[count++] = strdup(".zmetadata");
+        size_t files_end = count;
+        if (!n->is_array) {
+            for (size_t i = 0; i < n->child_count; i++) {
+                if (count == capacity)
+                    names = realloc(names, (capacity *= 2) * sizeof *names);
+                names[count++] = strdup(n->children[i]->name);
+            }
+        } else {
+            uint64_t chunks = 1;
+            for (unsigned d = 0; d < n->meta.rank; d++)
+                chunks *= n->grid[d];
+            for (uint64_t c = 0; c < chunks; c++) {
+                uint64_t coords[ZM_ZARR_MAX_RANK], rest = c;
+                for (int d = (int)n->meta.rank - 1; d >= 0; d--) {
+                    coords[d] = rest % n->grid[d];
+                    rest /= n->grid[d];
+                }
+                char key[128];
+                zm_zarr_chunk_key(n->meta.rank, coords, key, sizeof key);
+                if (count == capacity)
+                    names = realloc(names, (capacity *= 2) * sizeof *names);
+                names[count++] = strdup(key);
+            }
+        }
+        dirs = calloc(count + 1, sizeof *dirs);
+        for (size_t i = files_end; i < count && !n->is_array; i++)
+            dirs[i] = 1;
+        for (size_t i = 0; rc == 0 && i < count; i++)
+            rc = emit_name(emit, context, names[i], dirs[i] ? ZM_NODE_DIRECTORY : ZM_NODE_FILE,
+                           dirs[i] ? 0 : ZM_SIZE_UNKNOWN);
+        for (size_t i = 0; i < count; i++)
+            free(names[i]);
+        free(names);
+        free(dirs);
+    }
+    view_release(t, view);
+    (void)by_name;
+    return rc;
+}
+
+int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, void *buffer,
+                  size_t *done, zm_err *err)
+{
+    *done = 0;
+    target tg;
+    int rc = parse_path(t, path, &tg, err);
+    if (rc != 0)
+        return rc;
+    if (tg.kind == T_INFO_FILE) {
+        if (offset < t->info_size) {
+            *done = t->info_size - offset < size ? t->info_size - offset : size;
+            memcpy(buffer, t->info + offset, *done);
+        }
+        return 0;
+    }
+    if (tg.kind != T_VIEW)
+        return zm_err_set(err, -EISDIR, "%s: a directory", path);
+    zm_view *view;
+    if ((rc = view_get(t, &tg, &view, err)) != 0)
+        return rc;
+    place w;
+    rc = locate(view, tg.rest, &w, err);
+    if (rc == 0 && w.file == F_NONE)
+        rc = zm_err_set(err, -EISDIR, "%s: a directory", path);
+    if (rc == 0) {
+        zm_cache_ref ref;
+        rc = with_file(t, view, path, &w, &ref, err);
+        if (rc == 0) {
+            if (offset < ref.size) {
+                *done = ref.size - offset < size ? ref.size - offset : size;
+                memcpy(buffer, ref.bytes + offset, *done);
+            }
+            zm_cache_release(t->files, &ref);
+        }
+    }
+    view_release(t, view);
+    return rc;
+}
+
+int zm__tree_readlink(zm_tree *t, const char *path, char *target_out, size_t size, zm_err *err)
+{
+    (void)t;
+    (void)target_out;
+    (void)size;
+    return zm_err_set(err, -EINVAL, "%s: not a link", path);
+}
+
+int zm__tree_check_source(zm_tree *t, zm_err *err)
+{
+    struct stat st;
+    if (stat(t->source_path, &st) != 0)
+        return zm_err_set(err, -EIO, "%s: the source is gone (%s): remount", t->source_path,
+                          strerror(errno));
+    int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    if (st.st_dev != t->identity.device || st.st_ino != t->identity.inode ||
+        st.st_size != t->identity.size || mtime != t->identity.mtime_ns)
+        return zm_err_set(err, -EIO, "%s: the source changed since it was mounted: remount to serve "
+                          "the new file", t->source_path);
+    return 0;
+}
+
+int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
+{
+    *out = NULL;
+    zm_tree *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    pthread_mutex_init(&t->mutex, NULL);
+    pthread_cond_init(&t->changed, NULL);
+    t->source_path = strdup(options->source);
+    t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : (1u << 20);
+    int rc = 0;
+    if (options->codec)
+        rc = zm_codec_parse(options->codec, &t->codec, err);
+    else
+        t->codec = zm_codec_default();
+    zm_source_options so = {.threads = options->threads};
+    if (rc == 0)
+        rc = zm_source_open(options->source, &so, &t->source, err);
+    if (rc == 0)
+        rc = zm_source_default_block_size(t->source, &t->b0, err);
+    if (rc == 0)
+        rc = zm_cache_create(options->cache_bytes ? options->cache_bytes : DEFAULT_FILE_CACHE_BYTES,
+                             &t->files);
+    if (rc == 0) {
+        t->identity = *zm_source_get_identity(t->source);
+        char codec[64];
+        zm_codec_format(&t->codec, codec, sizeof codec);
+        json_t *info = json_pack(
+            "{s:s, s:s, s:{s:I, s:I, s:I, s:I}, s:s, s:I, s:I, s:{s:I, s:s, s:s}, s:{s:s, s:I, s:I}}",
+            "version", ZM_VERSION, "source", t->source_path, "identity", "device",
+            (json_int_t)t->identity.device, "inode", (json_int_t)t->identity.inode, "size",
+            (json_int_t)t->identity.size, "mtimeNs", (json_int_t)t->identity.mtime_ns, "format",
+            zm_source_format_name(zm_source_get_format(t->source)), "nObs",
+            (json_int_t)zm_source_n_obs(t->source), "nVars", (json_int_t)zm_source_n_vars(t->source),
+            "defaultBlockSize", "blockSize", (json_int_t)t->b0.block_size, "rule", t->b0.rule,
+            "element", t->b0.element, "options", "codec", codec, "chunkBytes",
+            (json_int_t)t->chunk_bytes, "cacheBytes",
+            (json_int_t)(options->cache_bytes ? options->cache_bytes : DEFAULT_FILE_CACHE_BYTES));
+        char *text = info ? json_dumps(info, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+        json_decref(info);
+        if (text == NULL)
+            rc = zm_err_set(err, -ENOMEM, "out of memory");
+        else {
+            size_t n = strlen(text);
+            t->info = malloc(n + 2);
+            memcpy(t->info, text, n);
+            t->info[n] = '\n';
+            t->info_size = n + 1;
+            free(text);
+        }
+    }
+    if (rc != 0) {
+        zm__tree_close(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+void zm__tree_close(zm_tree *t)
+{
+    if (t == NULL)
+        return;
+    for (size_t i = 0; i < t->view_count; i++) {
+        zm_view_free(t->views[i].view);
+        free(t->views[i].key);
+    }
+    zm_cache_destroy(t->files);
+    zm_source_close(t->source);
+    free(t->sizes.keys);
+    free(t->sizes.sizes);
+    free(t->info);
+    free(t->source_path);
+    pthread_mutex_destroy(&t->mutex);
+    pthread_cond_destroy(&t->changed);
+    free(t);
+}

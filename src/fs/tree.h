@@ -1,0 +1,69 @@
+/* Internal to the fs module: the mounted tree as paths, without FUSE. The
+ * FUSE glue (fuse.c) turns kernel requests into these calls; tree.c builds
+ * the views (full/, file/, uniform/, blocks/) over a source.
+ *
+ * Paths are relative to the mount point, without leading or trailing
+ * slashes: "" is the root, "full/X/data/.zarray" a file. Every call is
+ * thread-safe and may block (it synthesizes); none keeps a pointer to path. */
+#ifndef ZARRMOUNT_FS_TREE_H
+#define ZARRMOUNT_FS_TREE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zarrmount/error.h"
+
+typedef struct zm_tree zm_tree;
+
+/* What a tree serves and how; filled from the mount options. */
+typedef struct zm_tree_options {
+    const char *source;          /* the HDF5 file */
+    const char *codec;           /* "blosc:zstd:1" etc.; NULL: the default */
+    uint64_t chunk_bytes;        /* raw bytes a chunk aims at; 0: 1 MiB */
+    uint64_t cache_bytes;        /* synthesized chunks kept; 0: the default */
+    unsigned threads;            /* decode threads; 0: one per core */
+} zm_tree_options;
+
+/* Opens the source and builds the tree's root. -EINVAL etc. with a reason
+ * naming what was wrong (a bad source, a bad option). */
+int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err);
+void zm__tree_close(zm_tree *tree);
+
+/* Checks the source is still the file that was opened (device, inode, size,
+ * mtime): -EIO with a reason saying to remount if not. Called on open(). */
+int zm__tree_check_source(zm_tree *tree, zm_err *err);
+
+typedef enum zm_node_kind {
+    ZM_NODE_DIRECTORY,
+    ZM_NODE_FILE,
+    ZM_NODE_LINK, /* a symbolic link (share= / pct= views, later) */
+} zm_node_kind;
+
+typedef struct zm_node {
+    zm_node_kind kind;
+    uint64_t size;   /* files: exact bytes (a compressed chunk is synthesized to know it);
+                      * in zm__tree_list, ZM_SIZE_UNKNOWN when knowing it would mean
+                      * synthesizing: look the entry up for its attributes */
+} zm_node;
+
+#define ZM_SIZE_UNKNOWN UINT64_MAX
+
+/* What a path is. -ENOENT (with a reason for the log) if it does not exist;
+ * -EIO if the source changed or a chunk could not be made. */
+int zm__tree_lookup(zm_tree *tree, const char *path, zm_node *node, zm_err *err);
+
+/* Calls emit for each entry of a directory, in a stable order (the same
+ * every time). emit returns non-zero to stop early (then that value is
+ * returned). */
+typedef int (*zm__tree_emit)(void *context, const char *name, const zm_node *node);
+int zm__tree_list(zm_tree *tree, const char *path, zm__tree_emit emit, void *context, zm_err *err);
+
+/* Reads up to size bytes of a file from offset into buffer; *done gets the
+ * bytes read (fewer only at the end of the file). */
+int zm__tree_read(zm_tree *tree, const char *path, uint64_t offset, size_t size, void *buffer,
+                  size_t *done, zm_err *err);
+
+/* The target of a link. */
+int zm__tree_readlink(zm_tree *tree, const char *path, char *target, size_t size, zm_err *err);
+
+#endif

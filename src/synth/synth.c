@@ -1,0 +1,370 @@
+/* The bytes of one chunk of a view's store. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zarrmount/synth.h"
+
+typedef struct pair {
+    uint64_t source; /* source row (or range start) */
+    uint64_t slot;   /* where it goes in the output */
+} pair;
+
+static int by_source(const void *a, const void *b)
+{
+    const pair *x = a, *y = b;
+    return (x->source > y->source) - (x->source < y->source);
+}
+
+/* Source rows of view rows [from, to), sorted, with their output slots. */
+static pair *sorted_rows(const zm_view *view, uint64_t from, uint64_t to)
+{
+    const uint32_t *order = zm_view_order(view);
+    pair *pairs = malloc((to - from ? to - from : 1) * sizeof *pairs);
+    if (pairs == NULL)
+        return NULL;
+    int ascending = 1;
+    for (uint64_t i = from; i < to; i++) {
+        pairs[i - from] = (pair){order[i], i - from};
+        ascending &= i == from || order[i] > order[i - 1];
+    }
+    if (!ascending)
+        qsort(pairs, to - from, sizeof *pairs, by_source);
+    return pairs;
+}
+
+/* Rows [from, to) of a per-cell array in view order, row_bytes each, into out. */
+static int cell_rows(zm_view *view, const zm_array *array, uint64_t from, uint64_t to, uint8_t *out,
+                     zm_err *err)
+{
+    uint64_t count = to - from, row_bytes = zm_array_row_bytes(array);
+    if (count == 0)
+        return 0;
+    pair *pairs = sorted_rows(view, from, to);
+    uint64_t *rows = malloc(count * sizeof *rows);
+    uint8_t *gathered = malloc(count * row_bytes + 1);
+    int rc = pairs && rows && gathered ? 0 : zm_err_set(err, -ENOMEM, "out of memory gathering rows");
+    for (uint64_t i = 0; rc == 0 && i < count; i++)
+        rows[i] = pairs[i].source;
+    if (rc == 0)
+        rc = zm_array_gather_rows(zm_view_source(view), array, rows, count, gathered, err);
+    for (uint64_t i = 0; rc == 0 && i < count; i++)
+        memcpy(out + pairs[i].slot * row_bytes, gathered + i * row_bytes, row_bytes);
+    free(pairs);
+    free(rows);
+    free(gathered);
+    return rc;
+}
+
+/* Strings of rows [from, to) (view order when per_cell), as vlen-utf8 of
+ * `padded` rows (the rest empty). */
+static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from, uint64_t to,
+                         uint64_t padded, int per_cell, uint8_t **raw, size_t *raw_size, zm_err *err)
+{
+    uint64_t count = to - from;
+    uint64_t per_row = 1;
+    for (unsigned d = 1; d < node->meta.rank; d++)
+        per_row *= node->meta.shape[d];
+    pair *pairs = per_cell ? sorted_rows(view, from, to) : NULL;
+    uint64_t *rows = malloc((count ? count : 1) * sizeof *rows);
+    int rc = rows && (!per_cell || pairs) ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
+    for (uint64_t i = 0; rc == 0 && i < count; i++)
+        rows[i] = per_cell ? pairs[i].source : from + i;
+    zm_strings got = {0};
+    if (rc == 0 && count > 0)
+        rc = zm_array_read_strings(zm_view_source(view), node->source, rows, count, &got, err);
+    /* Put items in view order, then pad with empty strings. */
+    uint64_t items = padded * per_row;
+    uint64_t *offsets = malloc((items + 1) * sizeof *offsets);
+    uint64_t *slot_item = malloc((count * per_row + 1) * sizeof *slot_item);
+    char *bytes = malloc((count ? got.offsets[got.count] : 0) + 1);
+    if (rc == 0 && (!offsets || !slot_item || !bytes))
+        rc = zm_err_set(err, -ENOMEM, "out of memory");
+    if (rc == 0) {
+        /* Item j of gathered row i goes to slot (pairs[i].slot or i). */
+        uint64_t *from_item = calloc(items + 1, sizeof *from_item);
+        uint8_t *present = calloc(items + 1, 1);
+        if (from_item == NULL || present == NULL)
+            rc = zm_err_set(err, -ENOMEM, "out of memory");
+        for (uint64_t i = 0; rc == 0 && i < count; i++) {
+            uint64_t slot = per_cell ? pairs[i].slot : i;
+            for (uint64_t j = 0; j < per_row; j++) {
+                from_item[slot * per_row + j] = i * per_row + j;
+                present[slot * per_row + j] = 1;
+            }
+        }
+        uint64_t at = 0;
+        for (uint64_t k = 0; rc == 0 && k < items; k++) {
+            offsets[k] = at;
+            if (present[k]) {
+                uint64_t g = from_item[k];
+                uint64_t n = got.offsets[g + 1] - got.offsets[g];
+                memcpy(bytes + at, got.bytes + got.offsets[g], n);
+                at += n;
+            }
+        }
+        offsets[items] = at;
+        free(from_item);
+        free(present);
+        if (rc == 0)
+            rc = zm_vlen_utf8_encode(items, offsets, bytes, raw, raw_size, err);
+    }
+    zm_strings_free(&got);
+    free(offsets);
+    free(slot_item);
+    free(bytes);
+    free(rows);
+    free(pairs);
+    return rc;
+}
+
+static void put_index(uint8_t *out, size_t size, int64_t value)
+{
+    if (size == 4) {
+        int32_t v = (int32_t)value;
+        memcpy(out, &v, 4);
+    } else {
+        memcpy(out, &value, 8);
+    }
+}
+
+static int64_t get_index(const uint8_t *in, size_t size)
+{
+    if (size == 4) {
+        int32_t v;
+        memcpy(&v, in, 4);
+        return v;
+    }
+    int64_t v;
+    memcpy(&v, in, 8);
+    return v;
+}
+
+typedef struct entry {
+    int64_t index;   /* the view's minor index */
+    uint64_t order;  /* position in the source row: keeps sorting stable */
+} entry;
+
+static int by_index(const void *a, const void *b)
+{
+    const entry *x = a, *y = b;
+    if (x->index != y->index)
+        return (x->index > y->index) - (x->index < y->index);
+    return (x->order > y->order) - (x->order < y->order);
+}
+
+/* Entries [e0, e1) of a sparse matrix in the view: its data or indices. */
+static int entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, uint64_t e1,
+                         uint8_t *out, zm_err *err)
+{
+    zm_view_sparse_info s;
+    int rc = zm_view_sparse_get(view, node->sparse, &s, err);
+    if (rc != 0 || e1 <= e0)
+        return rc;
+    const zm_element *e = s.element;
+    zm_source *source = zm_view_source(view);
+    const uint32_t *order = zm_view_order(view);
+    size_t size = node->value_size;
+    /* The view majors overlapping [e0, e1). */
+    uint64_t lo = 0, hi = s.rows;
+    while (lo < hi) { /* first major whose end is past e0 */
+        uint64_t mid = lo + (hi - lo) / 2;
+        if ((uint64_t)s.indptr[mid + 1] <= e0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    uint64_t first = lo, last = first;
+    while (last < s.rows && (uint64_t)s.indptr[last] < e1)
+        last++;
+    uint64_t majors = last - first;
+    if (majors == 0)
+        return 0;
+
+    if (!s.per_cell_columns) {
+        /* Entries map one to one: each major's source range, clipped. */
+        pair *pairs = malloc(majors * sizeof *pairs);
+        zm_range *ranges = malloc(majors * sizeof *ranges);
+        uint64_t *dest = malloc(majors * sizeof *dest);
+        if (!pairs || !ranges || !dest) {
+            free(pairs);
+            free(ranges);
+            free(dest);
+            return zm_err_set(err, -ENOMEM, "out of memory");
+        }
+        for (uint64_t i = 0; i < majors; i++) {
+            uint64_t m = s.per_cell_rows ? order[first + i] : first + i;
+            pairs[i] = (pair){(uint64_t)s.source_indptr[m], first + i};
+        }
+        if (s.per_cell_rows)
+            qsort(pairs, majors, sizeof *pairs, by_source);
+        uint64_t total = 0;
+        for (uint64_t i = 0; i < majors; i++) {
+            uint64_t v = pairs[i].slot; /* the view major */
+            uint64_t vstart = (uint64_t)s.indptr[v], vend = (uint64_t)s.indptr[v + 1];
+            uint64_t a = vstart > e0 ? vstart : e0, b2 = vend < e1 ? vend : e1;
+            uint64_t sstart = pairs[i].source + (a - vstart);
+            ranges[i] = (zm_range){sstart, sstart + (b2 - a)};
+            dest[i] = a - e0;
+            total += b2 - a;
+        }
+        uint8_t *gathered = malloc(total * size + 1);
+        rc = gathered ? zm_array_gather_ranges(source, node->source, ranges, majors, gathered, err)
+                      : zm_err_set(err, -ENOMEM, "out of memory");
+        uint64_t at = 0;
+        for (uint64_t i = 0; rc == 0 && i < majors; i++) {
+            uint64_t n = ranges[i].end - ranges[i].start;
+            memcpy(out + dest[i] * size, gathered + at * size, n * size);
+            at += n;
+        }
+        free(gathered);
+        free(pairs);
+        free(ranges);
+        free(dest);
+        return rc;
+    }
+
+    /* Cells along the minor axis too (obsp; CSC of per-cell matrices): each
+     * major's entries filtered to kept cells, renumbered, ascending. */
+    const int64_t *inverse = zm_view_inverse(view, err);
+    if (inverse == NULL)
+        return -ENOMEM;
+    const zm_array_info *index_info = zm_array_describe(e->indices);
+    size_t index_size = index_info->dtype.size;
+    size_t value_size = zm_array_describe(e->values)->dtype.size;
+    pair *pairs = malloc(majors * sizeof *pairs);
+    zm_range *ranges = malloc(majors * sizeof *ranges);
+    if (!pairs || !ranges) {
+        free(pairs);
+        free(ranges);
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    }
+    for (uint64_t i = 0; i < majors; i++) {
+        uint64_t m = s.per_cell_rows ? order[first + i] : first + i;
+        pairs[i] = (pair){m, first + i};
+    }
+    if (s.per_cell_rows)
+        qsort(pairs, majors, sizeof *pairs, by_source);
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < majors; i++) {
+        ranges[i] = (zm_range){(uint64_t)s.source_indptr[pairs[i].source],
+                               (uint64_t)s.source_indptr[pairs[i].source + 1]};
+        total += ranges[i].end - ranges[i].start;
+    }
+    uint8_t *indices = malloc(total * index_size + 1);
+    uint8_t *values = node->part == ZM_PART_DATA ? malloc(total * value_size + 1) : NULL;
+    entry *row = malloc((total ? total : 1) * sizeof *row);
+    if (!indices || !row || (node->part == ZM_PART_DATA && !values))
+        rc = zm_err_set(err, -ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = zm_array_gather_ranges(source, e->indices, ranges, majors, indices, err);
+    if (rc == 0 && values)
+        rc = zm_array_gather_ranges(source, e->values, ranges, majors, values, err);
+    uint64_t at = 0;
+    for (uint64_t i = 0; rc == 0 && i < majors; i++) {
+        uint64_t n = ranges[i].end - ranges[i].start, kept = 0;
+        for (uint64_t j = 0; j < n; j++) {
+            int64_t v = inverse[get_index(indices + (at + j) * index_size, index_size)];
+            if (v >= 0)
+                row[kept++] = (entry){v, at + j};
+        }
+        qsort(row, kept, sizeof *row, by_index);
+        uint64_t vstart = (uint64_t)s.indptr[pairs[i].slot];
+        for (uint64_t j = 0; j < kept; j++) {
+            uint64_t position = vstart + j;
+            if (position < e0 || position >= e1)
+                continue;
+            uint8_t *dst = out + (position - e0) * size;
+            if (node->part == ZM_PART_INDICES)
+                put_index(dst, size, row[j].index);
+            else
+                memcpy(dst, values + row[j].order * value_size, value_size);
+        }
+        at += n;
+    }
+    free(indices);
+    free(values);
+    free(row);
+    free(pairs);
+    free(ranges);
+    return rc;
+}
+
+int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coords,
+                   uint8_t **raw, size_t *raw_size, size_t *typesize, zm_err *err)
+{
+    *raw = NULL;
+    *raw_size = 0;
+    const zm_zarr_array_meta *m = &node->meta;
+    *typesize = node->value_size ? node->value_size : 1;
+    zm_source *source = zm_view_source(view);
+
+    /* Rows (along dimension 0) this chunk covers; other dimensions are whole. */
+    uint64_t chunk_rows = m->rank ? m->chunks[0] : 1;
+    uint64_t from = m->rank ? coords[0] * chunk_rows : 0;
+    uint64_t to = m->rank ? from + chunk_rows : 1;
+    if (m->rank && to > m->shape[0])
+        to = m->shape[0];
+    uint64_t per_row_values = 1;
+    for (unsigned d = 1; d < m->rank; d++)
+        per_row_values *= m->chunks[d];
+
+    if (node->producer == ZM_PRODUCE_CELL_STRINGS || node->producer == ZM_PRODUCE_STRINGS)
+        return strings_chunk(view, node, from, to, chunk_rows,
+                             node->producer == ZM_PRODUCE_CELL_STRINGS, raw, raw_size, err);
+
+    if (node->producer == ZM_PRODUCE_STRING_SCALAR) {
+        zm_strings s;
+        int rc = zm_array_read_strings(source, node->source, NULL, 0, &s, err);
+        if (rc != 0)
+            return rc;
+        size_t points;
+        rc = zm_utf32_encode(s.bytes, s.offsets[s.count > 0 ? 1 : 0], raw, raw_size, &points, err);
+        zm_strings_free(&s);
+        *typesize = 4;
+        return rc;
+    }
+
+    size_t bytes = (size_t)(chunk_rows * per_row_values * node->value_size);
+    uint8_t *out = calloc(bytes ? bytes : 1, 1); /* zero: the fill value */
+    if (out == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory for a %zu-byte chunk", bytes);
+    int rc = 0;
+    switch (node->producer) {
+    case ZM_PRODUCE_CELL_ROWS:
+        rc = cell_rows(view, node->source, from, to, out, err);
+        break;
+    case ZM_PRODUCE_ROWS:
+    case ZM_PRODUCE_SCALAR:
+        if (to > from)
+            rc = zm_array_read_rows(source, node->source, from, to - from, out, err);
+        break;
+    case ZM_PRODUCE_CONSTANT:
+        memcpy(out, &node->constant, 8);
+        break;
+    case ZM_PRODUCE_POSITIONS: {
+        const uint32_t *order = zm_view_order(view);
+        memcpy(out, order + from, (to - from) * 4);
+        break;
+    }
+    case ZM_PRODUCE_INDPTR: {
+        zm_view_sparse_info s;
+        rc = zm_view_sparse_get(view, node->sparse, &s, err);
+        for (uint64_t i = from; rc == 0 && i < to; i++)
+            put_index(out + (i - from) * node->value_size, node->value_size, s.indptr[i]);
+        break;
+    }
+    case ZM_PRODUCE_ENTRIES:
+        rc = entries_chunk(view, node, from, to, out, err);
+        break;
+    default:
+        rc = zm_err_set(err, -EINVAL, "internal error: unknown producer");
+    }
+    if (rc != 0) {
+        free(out);
+        return rc;
+    }
+    *raw = out;
+    *raw_size = bytes;
+    return 0;
+}

@@ -1,0 +1,670 @@
+/* A view: the cells of a selection over a source, and the AnnData Zarr store
+ * they make (groups, attributes, arrays and where their chunks come from). */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zarrmount/view.h"
+
+struct zm_view_sparse {
+    const zm_element *element;
+    int major_is_cell, minor_is_cell;
+    uint64_t majors;          /* view majors (rows of CSR, columns of CSC) */
+    int64_t *indptr;          /* view pointers, majors + 1 */
+    int64_t *source_indptr;   /* source pointers, source majors + 1 */
+};
+
+struct zm_view {
+    zm_source *source;
+    zm_view_spec spec;
+    uint64_t chunk_bytes;
+    uint64_t rows;       /* cells in the view */
+    uint32_t *order;     /* view row → source row */
+    int identity;        /* order is 0, 1, 2, ... */
+    char digest[17];
+    zm_store_node *root;
+    pthread_mutex_t mutex;
+    int64_t *inverse;    /* source row → view row or −1, made when first needed */
+    zm_view_sparse **sparses;
+    size_t sparse_count;
+};
+
+uint64_t zm_view_rows(const zm_view *view) { return view->rows; }
+const uint32_t *zm_view_order(const zm_view *view) { return view->order; }
+zm_source *zm_view_source(const zm_view *view) { return view->source; }
+const zm_view_spec *zm_view_get_spec(const zm_view *view) { return &view->spec; }
+const char *zm_view_digest(const zm_view *view) { return view->digest; }
+const zm_store_node *zm_view_root(const zm_view *view) { return view->root; }
+
+static void node_free(zm_store_node *node)
+{
+    if (node == NULL)
+        return;
+    for (size_t i = 0; i < node->child_count; i++)
+        node_free(node->children[i]);
+    free(node->children);
+    json_decref(node->attrs);
+    free(node->name);
+    free(node);
+}
+
+void zm_view_free(zm_view *view)
+{
+    if (view == NULL)
+        return;
+    node_free(view->root);
+    for (size_t i = 0; i < view->sparse_count; i++) {
+        free(view->sparses[i]->indptr);
+        free(view->sparses[i]->source_indptr);
+        free(view->sparses[i]);
+    }
+    free(view->sparses);
+    free(view->order);
+    free(view->inverse);
+    pthread_mutex_destroy(&view->mutex);
+    free(view);
+}
+
+const zm_store_node *zm_view_find(const zm_view *view, const char *path)
+{
+    const zm_store_node *node = view->root;
+    while (node && *path) {
+        const char *slash = strchr(path, '/');
+        size_t n = slash ? (size_t)(slash - path) : strlen(path);
+        const zm_store_node *next = NULL;
+        for (size_t i = 0; i < node->child_count && !next; i++)
+            if (strlen(node->children[i]->name) == n && !strncmp(node->children[i]->name, path, n))
+                next = node->children[i];
+        node = next;
+        path = slash ? slash + 1 : path + n;
+    }
+    return node;
+}
+
+const int64_t *zm_view_inverse(zm_view *view, zm_err *err)
+{
+    pthread_mutex_lock(&view->mutex);
+    if (view->inverse == NULL) {
+        uint64_t n = zm_source_n_obs(view->source);
+        int64_t *inverse = malloc((n ? n : 1) * sizeof *inverse);
+        if (inverse != NULL) {
+            for (uint64_t p = 0; p < n; p++)
+                inverse[p] = -1;
+            for (uint64_t i = 0; i < view->rows; i++)
+                inverse[view->order[i]] = (int64_t)i;
+        }
+        view->inverse = inverse;
+    }
+    pthread_mutex_unlock(&view->mutex);
+    if (view->inverse == NULL)
+        zm_err_set(err, -ENOMEM, "out of memory mapping cells");
+    return view->inverse;
+}
+
+/* ---- Selection ------------------------------------------------------------- */
+
+static int select_cells(zm_view *view, zm_err *err)
+{
+    uint64_t n = zm_source_n_obs(view->source);
+    if (view->spec.kind == ZM_VIEW_FILE) {
+        view->rows = n;
+        view->identity = 1;
+        view->order = malloc((n ? n : 1) * sizeof *view->order);
+        if (view->order == NULL)
+            return zm_err_set(err, -ENOMEM, "out of memory ordering %" PRIu64 " cells", n);
+        for (uint64_t i = 0; i < n; i++)
+            view->order[i] = (uint32_t)i;
+        zm_cellset_digest(view->order, n, n, view->digest);
+        return 0;
+    }
+    zm_request request = {.method = ZM_METHOD_UNIFORM, .n = n, .seed = view->spec.seed,
+                          .k = view->spec.k};
+    if (view->spec.kind == ZM_VIEW_FULL) {
+        request.seed = 0;
+        request.k = n ? n : 1;
+    } else if (view->spec.kind == ZM_VIEW_BLOCKS) {
+        request.method = ZM_METHOD_BLOCKS;
+        request.block_size = view->spec.block_size;
+    }
+    zm_selection selection;
+    int rc = zm_select(&request, &selection, err);
+    if (rc != 0)
+        return rc;
+    view->rows = selection.k;
+    view->order = selection.order;
+    selection.order = NULL;
+    zm_cellset_digest(selection.positions, selection.k, selection.n, view->digest);
+    zm_selection_free(&selection);
+    return 0;
+}
+
+/* ---- Sparse layout ----------------------------------------------------------- */
+
+static int read_int64s(zm_source *source, const zm_array *array, int64_t **out, zm_err *err)
+{
+    const zm_array_info *info = zm_array_describe(array);
+    uint64_t n = info->shape[0];
+    uint8_t *raw = malloc(n * info->dtype.size + 1);
+    int64_t *values = malloc((n ? n : 1) * sizeof *values);
+    int rc = raw && values ? zm_array_read_rows(source, array, 0, n, raw, err)
+                           : zm_err_set(err, -ENOMEM, "out of memory reading %s", info->file_path);
+    for (uint64_t i = 0; rc == 0 && i < n; i++) {
+        uint64_t u = 0;
+        memcpy(&u, raw + i * info->dtype.size, info->dtype.size);
+        if (info->dtype.type_class == ZM_TYPE_INT && info->dtype.size < 8 &&
+            (u >> (info->dtype.size * 8 - 1)) & 1)
+            u |= ~0ULL << (info->dtype.size * 8);
+        values[i] = (int64_t)u;
+    }
+    free(raw);
+    if (rc != 0) {
+        free(values);
+        return rc;
+    }
+    *out = values;
+    return 0;
+}
+
+/* Lays out a sparse matrix in the view: which majors, in which order, and
+ * how many entries each keeps. */
+static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **out, zm_err *err)
+{
+    zm_view_sparse *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    int csr = e->sparse_format == ZM_SPARSE_CSR;
+    s->element = e;
+    s->major_is_cell = (csr ? e->axes[0] : e->axes[1]) == ZM_AXIS_OBS;
+    s->minor_is_cell = (csr ? e->axes[1] : e->axes[0]) == ZM_AXIS_OBS;
+    if (view->identity)
+        s->major_is_cell = s->minor_is_cell = 0; /* every cell, in file order */
+    uint64_t source_majors = csr ? e->shape[0] : e->shape[1];
+    s->majors = s->major_is_cell ? view->rows : source_majors;
+    int rc = read_int64s(view->source, e->indptr, &s->source_indptr, err);
+    s->indptr = rc == 0 ? malloc((s->majors + 1) * sizeof *s->indptr) : NULL;
+    if (rc == 0 && s->indptr == NULL)
+        rc = zm_err_set(err, -ENOMEM, "out of memory laying out %s", e->path);
+    const int64_t *inverse = NULL;
+    if (rc == 0 && s->minor_is_cell && (inverse = zm_view_inverse(view, err)) == NULL)
+        rc = -ENOMEM;
+    if (rc == 0) {
+        s->indptr[0] = 0;
+        /* Kept entries of each major: all of them, or (cells as minors) those
+         * whose cell is in the view: one pass over the majors' indices. */
+        for (uint64_t i = 0; rc == 0 && i < s->majors; i++) {
+            uint64_t m = s->major_is_cell ? view->order[i] : i;
+            int64_t from = s->source_indptr[m], to = s->source_indptr[m + 1];
+            int64_t kept = to - from;
+            if (s->minor_is_cell && kept > 0) {
+                const zm_array_info *info = zm_array_describe(e->indices);
+                uint8_t *raw = malloc((size_t)kept * info->dtype.size);
+                zm_range range = {(uint64_t)from, (uint64_t)to};
+                rc = raw ? zm_array_gather_ranges(view->source, e->indices, &range, 1, raw, err)
+                         : zm_err_set(err, -ENOMEM, "out of memory laying out %s", e->path);
+                kept = 0;
+                for (int64_t j = 0; rc == 0 && j < to - from; j++) {
+                    int64_t index = info->dtype.size == 4 ? ((int32_t *)raw)[j] : ((int64_t *)raw)[j];
+                    kept += inverse[index] >= 0;
+                }
+                free(raw);
+            }
+            s->indptr[i + 1] = s->indptr[i] + kept;
+        }
+    }
+    if (rc != 0) {
+        free(s->indptr);
+        free(s->source_indptr);
+        free(s);
+        return rc;
+    }
+    zm_view_sparse **list = realloc(view->sparses, (view->sparse_count + 1) * sizeof *list);
+    if (list == NULL) {
+        free(s->indptr);
+        free(s->source_indptr);
+        free(s);
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    }
+    view->sparses = list;
+    view->sparses[view->sparse_count++] = s;
+    *out = s;
+    return 0;
+}
+
+int zm_view_sparse_get(zm_view *view, zm_view_sparse *sparse, zm_view_sparse_info *info,
+                       zm_err *err)
+{
+    (void)view;
+    (void)err;
+    info->element = sparse->element;
+    info->per_cell_rows = sparse->major_is_cell;
+    info->per_cell_columns = sparse->minor_is_cell;
+    info->rows = sparse->majors;
+    info->indptr = sparse->indptr;
+    info->source_indptr = sparse->source_indptr;
+    return 0;
+}
+
+/* ---- The store ------------------------------------------------------------------ */
+
+static zm_store_node *node_new(const char *name, int is_array)
+{
+    zm_store_node *node = calloc(1, sizeof *node);
+    if (node) {
+        node->name = strdup(name);
+        node->is_array = is_array;
+        if (node->name == NULL) {
+            free(node);
+            return NULL;
+        }
+    }
+    return node;
+}
+
+static int node_add(zm_store_node *parent, zm_store_node *child)
+{
+    zm_store_node **children = realloc(parent->children, (parent->child_count + 1) * sizeof *children);
+    if (children == NULL)
+        return -ENOMEM;
+    parent->children = children;
+    parent->children[parent->child_count++] = child;
+    return 0;
+}
+
+static json_t *encoding(const char *type, const char *version)
+{
+    return json_pack("{s:s, s:s}", "encoding-type", type, "encoding-version", version);
+}
+
+/* A key Zarr can hold: no '/', not empty, not "." or "..", not a metadata
+ * file's name. */
+static int valid_key(const char *name)
+{
+    return name[0] && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..") &&
+           strcmp(name, ".zarray") && strcmp(name, ".zgroup") && strcmp(name, ".zattrs") &&
+           strcmp(name, ".zmetadata");
+}
+
+static void set_chunks(zm_store_node *node, uint64_t rows_per_chunk)
+{
+    zm_zarr_array_meta *m = &node->meta;
+    if (m->rank == 0)
+        return;
+    uint64_t rows = rows_per_chunk < m->shape[0] ? rows_per_chunk : m->shape[0];
+    m->chunks[0] = rows ? rows : 1;
+    for (unsigned d = 1; d < m->rank; d++)
+        m->chunks[d] = m->shape[d] ? m->shape[d] : 1;
+    for (unsigned d = 0; d < m->rank; d++)
+        node->grid[d] = m->shape[d] ? (m->shape[d] + m->chunks[d] - 1) / m->chunks[d] : 0;
+}
+
+static void set_dtype(zm_store_node *node, zm_dtype dtype)
+{
+    snprintf(node->meta.dtype, sizeof node->meta.dtype, "%s", zm_dtype_name(dtype));
+    node->value_size = dtype.size;
+    node->meta.fill = dtype.type_class == ZM_TYPE_FLOAT ? ZM_FILL_ZERO_FLOAT
+                    : dtype.type_class == ZM_TYPE_BOOL  ? ZM_FILL_FALSE
+                                                        : ZM_FILL_ZERO_INT;
+}
+
+struct builder {
+    zm_view *view;
+    zm_err *err;
+};
+
+/* An array node for an array-like element (numbers or strings, any rank). */
+static int array_node(struct builder *b, const char *name, const zm_element *e, const zm_array *a,
+                      int per_cell, const char *encoding_type, zm_store_node **out)
+{
+    *out = NULL;
+    const zm_array_info *info = zm_array_describe(a);
+    zm_store_node *node = node_new(name, 1);
+    if (node == NULL)
+        return zm_err_set(b->err, -ENOMEM, "out of memory");
+    node->element = e;
+    node->source = a;
+    if (encoding_type)
+        node->attrs = encoding(encoding_type, "0.2.0");
+    zm_zarr_array_meta *m = &node->meta;
+    int string = info->dtype.type_class == ZM_TYPE_STRING;
+    if (e->kind == ZM_ELEMENT_SCALAR) {
+        m->rank = 0;
+        if (string) {
+            /* numpy <U{n}: n = the string's code points. */
+            zm_strings s;
+            int rc = zm_array_read_strings(zm_view_source(b->view), a, NULL, 0, &s, b->err);
+            if (rc != 0) {
+                node_free(node);
+                return rc;
+            }
+            uint8_t *utf32 = NULL;
+            size_t size = 0, points = 0;
+            rc = zm_utf32_encode(s.bytes, s.offsets[s.count > 0 ? 1 : 0], &utf32, &size, &points,
+                                 b->err);
+            zm_strings_free(&s);
+            free(utf32);
+            if (rc != 0) {
+                node_free(node);
+                return rc;
+            }
+            snprintf(m->dtype, sizeof m->dtype, "<U%zu", points);
+            m->fill = ZM_FILL_EMPTY_TEXT;
+            node->producer = ZM_PRODUCE_STRING_SCALAR;
+        } else {
+            set_dtype(node, info->dtype);
+            node->producer = ZM_PRODUCE_SCALAR;
+        }
+        *out = node;
+        return 0;
+    }
+    m->rank = info->rank;
+    memcpy(m->shape, info->shape, sizeof(uint64_t) * info->rank);
+    if (per_cell)
+        m->shape[0] = b->view->rows;
+    uint64_t rows_per_chunk;
+    if (string) {
+        snprintf(m->dtype, sizeof m->dtype, "|O");
+        m->vlen_utf8 = 1;
+        m->fill = ZM_FILL_ZERO_INT;
+        node->value_size = 1;
+        node->producer = per_cell ? ZM_PRODUCE_CELL_STRINGS : ZM_PRODUCE_STRINGS;
+        rows_per_chunk = b->view->chunk_bytes / 32; /* about 32 bytes a string */
+    } else {
+        set_dtype(node, info->dtype);
+        node->producer = per_cell ? ZM_PRODUCE_CELL_ROWS : ZM_PRODUCE_ROWS;
+        uint64_t row_bytes = zm_array_row_bytes(a);
+        rows_per_chunk = row_bytes ? b->view->chunk_bytes / row_bytes : b->view->chunk_bytes;
+    }
+    set_chunks(node, rows_per_chunk ? rows_per_chunk : 1);
+    *out = node;
+    return 0;
+}
+
+static int element_node(struct builder *b, const zm_element *e, const char *name, int is_root_obs,
+                        zm_store_node **out);
+
+static int add_element(struct builder *b, zm_store_node *parent, const zm_element *e,
+                       const char *name, int is_root_obs)
+{
+    zm_store_node *child = NULL;
+    int rc = element_node(b, e, name, is_root_obs, &child);
+    if (rc == 0 && child && node_add(parent, child) != 0) {
+        node_free(child);
+        rc = zm_err_set(b->err, -ENOMEM, "out of memory");
+    }
+    return rc;
+}
+
+static int sparse_node(struct builder *b, const zm_element *e, const char *name, zm_store_node **out)
+{
+    zm_view_sparse *s;
+    int rc = sparse_layout(b->view, e, &s, b->err);
+    if (rc != 0)
+        return rc;
+    zm_store_node *group = node_new(name, 0);
+    if (group == NULL)
+        return zm_err_set(b->err, -ENOMEM, "out of memory");
+    int csr = e->sparse_format == ZM_SPARSE_CSR;
+    uint64_t shape[2] = {e->shape[0], e->shape[1]};
+    for (int d = 0; d < 2; d++)
+        if (e->axes[d] == ZM_AXIS_OBS)
+            shape[d] = b->view->rows;
+    group->attrs = json_pack("{s:s, s:s, s:[I, I]}", "encoding-type", csr ? "csr_matrix" : "csc_matrix",
+                             "encoding-version", "0.1.0", "shape", (json_int_t)shape[0],
+                             (json_int_t)shape[1]);
+    uint64_t nnz = (uint64_t)s->indptr[s->majors];
+    static const char *const names[] = {"data", "indices", "indptr"};
+    const zm_array *arrays[] = {e->values, e->indices, e->indptr};
+    for (int part = 0; rc == 0 && part < 3; part++) {
+        zm_store_node *node = node_new(names[part], 1);
+        if (node == NULL || node_add(group, node) != 0) {
+            node_free(node);
+            rc = zm_err_set(b->err, -ENOMEM, "out of memory");
+            break;
+        }
+        node->element = e;
+        node->source = arrays[part];
+        node->part = (zm_sparse_part)part;
+        node->sparse = s;
+        node->producer = part == ZM_PART_INDPTR ? ZM_PRODUCE_INDPTR : ZM_PRODUCE_ENTRIES;
+        set_dtype(node, zm_array_describe(arrays[part])->dtype);
+        node->meta.rank = 1;
+        node->meta.shape[0] = part == ZM_PART_INDPTR ? s->majors + 1 : nnz;
+        set_chunks(node, b->view->chunk_bytes / node->value_size);
+    }
+    if (rc != 0) {
+        node_free(group);
+        return rc;
+    }
+    *out = group;
+    return 0;
+}
+
+static int element_node(struct builder *b, const zm_element *e, const char *name, int is_root_obs,
+                        zm_store_node **out)
+{
+    *out = NULL;
+    if (!valid_key(name))
+        return 0; /* a name Zarr cannot hold: left out */
+    int per_cell = e->axes[0] == ZM_AXIS_OBS;
+    int rc = 0;
+    switch (e->kind) {
+    case ZM_ELEMENT_ARRAY:
+        return array_node(b, name, e, e->values, per_cell, "array", out);
+    case ZM_ELEMENT_STRING_ARRAY:
+        return array_node(b, name, e, e->values, per_cell, "string-array", out);
+    case ZM_ELEMENT_SCALAR:
+        return array_node(b, name, e, e->values, 0,
+                          zm_array_describe(e->values)->dtype.type_class == ZM_TYPE_STRING
+                              ? "string" : "numeric-scalar", out);
+    case ZM_ELEMENT_SPARSE:
+        return sparse_node(b, e, name, out);
+    case ZM_ELEMENT_RECORDS:
+        return 0; /* structured arrays are not served yet */
+    case ZM_ELEMENT_CATEGORICAL:
+    case ZM_ELEMENT_NULLABLE: {
+        zm_store_node *group = node_new(name, 0), *first = NULL, *second = NULL;
+        if (group == NULL)
+            return zm_err_set(b->err, -ENOMEM, "out of memory");
+        if (e->kind == ZM_ELEMENT_CATEGORICAL) {
+            group->attrs = json_pack("{s:s, s:s, s:b}", "encoding-type", "categorical",
+                                     "encoding-version", "0.2.0", "ordered", e->ordered);
+            rc = array_node(b, "codes", e, e->values, per_cell, "array", &first);
+            if (rc == 0)
+                rc = array_node(b, "categories", e->categories, e->categories->values, 0,
+                                e->categories->kind == ZM_ELEMENT_STRING_ARRAY ? "string-array" : "array",
+                                &second);
+        } else {
+            group->attrs = encoding(e->nullable_boolean ? "nullable-boolean" : "nullable-integer", "0.1.0");
+            rc = array_node(b, "values", e, e->values, per_cell, "array", &first);
+            if (rc == 0)
+                rc = array_node(b, "mask", e, e->mask, per_cell, "array", &second);
+        }
+        if (rc == 0 && (node_add(group, first) != 0 || (first = NULL, node_add(group, second) != 0)))
+            rc = zm_err_set(b->err, -ENOMEM, "out of memory");
+        else if (rc == 0)
+            first = second = NULL;
+        node_free(first);
+        node_free(second);
+        if (rc != 0) {
+            node_free(group);
+            return rc;
+        }
+        *out = group;
+        return 0;
+    }
+    case ZM_ELEMENT_DATAFRAME: {
+        zm_store_node *group = node_new(name, 0);
+        if (group == NULL)
+            return zm_err_set(b->err, -ENOMEM, "out of memory");
+        const char *index_name = e->index_name && valid_key(e->index_name) ? e->index_name : "_index";
+        json_t *order = json_array();
+        for (size_t i = 0; i < e->child_count; i++)
+            if (valid_key(e->children[i]->name) && strcmp(e->children[i]->name, index_name) != 0)
+                json_array_append_new(order, json_string(e->children[i]->name));
+        if (is_root_obs)
+            json_array_append_new(order, json_string("cellucid_original_position"));
+        group->attrs = json_pack("{s:s, s:o, s:s, s:s}", "_index", index_name, "column-order", order,
+                                 "encoding-type", "dataframe", "encoding-version", "0.2.0");
+        if (e->index)
+            rc = add_element(b, group, e->index, index_name, 0);
+        for (size_t i = 0; rc == 0 && i < e->child_count; i++)
+            if (strcmp(e->children[i]->name, index_name) != 0)
+                rc = add_element(b, group, e->children[i], e->children[i]->name, 0);
+        if (rc == 0 && is_root_obs) {
+            /* Each row's position in the source. */
+            zm_store_node *node = node_new("cellucid_original_position", 1);
+            if (node == NULL || node_add(group, node) != 0) {
+                node_free(node);
+                rc = zm_err_set(b->err, -ENOMEM, "out of memory");
+            } else {
+                node->attrs = encoding("array", "0.2.0");
+                node->producer = ZM_PRODUCE_POSITIONS;
+                node->element = e;
+                node->meta.rank = 1;
+                node->meta.shape[0] = b->view->rows;
+                set_dtype(node, (zm_dtype){ZM_TYPE_UINT, 4});
+                set_chunks(node, b->view->chunk_bytes / 4);
+            }
+        }
+        if (rc != 0) {
+            node_free(group);
+            return rc;
+        }
+        *out = group;
+        return 0;
+    }
+    case ZM_ELEMENT_DICT: {
+        zm_store_node *group = node_new(name, 0);
+        if (group == NULL)
+            return zm_err_set(b->err, -ENOMEM, "out of memory");
+        group->attrs = encoding(strcmp(e->path, "raw") == 0 ? "raw" : "dict", "0.1.0");
+        for (size_t i = 0; rc == 0 && i < e->child_count; i++)
+            rc = add_element(b, group, e->children[i], e->children[i]->name, 0);
+        if (rc != 0) {
+            node_free(group);
+            return rc;
+        }
+        *out = group;
+        return 0;
+    }
+    }
+    return 0;
+}
+
+/* A 0-d int64 the view makes (the priority record). */
+static int constant_node(zm_store_node *parent, const char *name, int64_t value)
+{
+    zm_store_node *node = node_new(name, 1);
+    if (node == NULL || node_add(parent, node) != 0) {
+        node_free(node);
+        return -ENOMEM;
+    }
+    node->attrs = encoding("numeric-scalar", "0.2.0");
+    node->producer = ZM_PRODUCE_CONSTANT;
+    node->constant = value;
+    node->meta.rank = 0;
+    set_dtype(node, (zm_dtype){ZM_TYPE_INT, 8});
+    return 0;
+}
+
+static zm_store_node *child(zm_store_node *parent, const char *name)
+{
+    for (size_t i = 0; parent && i < parent->child_count; i++)
+        if (strcmp(parent->children[i]->name, name) == 0)
+            return parent->children[i];
+    return NULL;
+}
+
+static zm_store_node *group_child(zm_store_node *parent, const char *name)
+{
+    zm_store_node *c = child(parent, name);
+    if (c != NULL)
+        return c->is_array ? NULL : c;
+    c = node_new(name, 0);
+    if (c == NULL || node_add(parent, c) != 0) {
+        node_free(c);
+        return NULL;
+    }
+    c->attrs = encoding("dict", "0.1.0");
+    return c;
+}
+
+static const char *kind_name(zm_view_kind kind)
+{
+    static const char *const names[] = {"full", "file", "uniform", "blocks"};
+    return names[kind];
+}
+
+static int build_store(zm_view *view, zm_err *err)
+{
+    struct builder b = {view, err};
+    const zm_element *root = zm_source_root(view->source);
+    zm_store_node *store = node_new("", 0);
+    if (store == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    view->root = store;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < root->child_count; i++) {
+        const zm_element *e = root->children[i];
+        rc = add_element(&b, store, e, e->name, strcmp(e->path, "obs") == 0);
+    }
+    if (rc != 0)
+        return rc;
+
+    /* full/: Cellucid's priority record in uns/cellucid/priority. */
+    if (view->spec.kind == ZM_VIEW_FULL) {
+        zm_store_node *uns = group_child(store, "uns");
+        zm_store_node *cellucid = uns ? group_child(uns, "cellucid") : NULL;
+        zm_store_node *priority = cellucid ? group_child(cellucid, "priority") : NULL;
+        if (priority == NULL || priority->child_count > 0)
+            return zm_err_set(err, -EINVAL, "uns/cellucid/priority exists in the source already");
+        if (constant_node(priority, "seed", 0) || constant_node(priority, "specVersion", ZM_SPEC_VERSION) ||
+            constant_node(priority, "nObs", (int64_t)zm_source_n_obs(view->source)))
+            return zm_err_set(err, -ENOMEM, "out of memory");
+    }
+
+    /* The root says what the store is, so a copy still says it. */
+    json_t *v = json_pack("{s:s, s:I, s:I, s:I, s:s}", "method", kind_name(view->spec.kind), "nObs",
+                          (json_int_t)zm_source_n_obs(view->source), "k", (json_int_t)view->rows,
+                          "seed", (json_int_t)(view->spec.kind == ZM_VIEW_FILE ? 0 : view->spec.seed),
+                          "digest", view->digest);
+    if (view->spec.kind == ZM_VIEW_FULL || view->spec.kind == ZM_VIEW_FILE)
+        json_object_set_new(v, "seed", json_integer(0));
+    if (view->spec.kind == ZM_VIEW_BLOCKS)
+        json_object_set_new(v, "blockSize", json_integer((json_int_t)view->spec.block_size));
+    if (view->spec.kind == ZM_VIEW_FILE)
+        json_object_del(v, "seed");
+    const zm_source_identity *id = zm_source_get_identity(view->source);
+    json_t *src = json_pack("{s:s, s:I, s:I, s:I}", "format",
+                            zm_source_format_name(zm_source_get_format(view->source)), "nObs",
+                            (json_int_t)zm_source_n_obs(view->source), "nVars",
+                            (json_int_t)zm_source_n_vars(view->source), "bytes", (json_int_t)id->size);
+    store->attrs = json_pack("{s:s, s:s, s:{s:o, s:o}}", "encoding-type", "anndata", "encoding-version",
+                             "0.1.0", "zarrmount", "view", v, "source", src);
+    return store->attrs ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
+}
+
+int zm_view_create(zm_source *source, const zm_view_spec *spec, uint64_t chunk_bytes,
+                   zm_view **out, zm_err *err)
+{
+    *out = NULL;
+    zm_view *view = calloc(1, sizeof *view);
+    if (view == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    view->source = source;
+    view->spec = *spec;
+    view->chunk_bytes = chunk_bytes ? chunk_bytes : (1u << 20);
+    pthread_mutex_init(&view->mutex, NULL);
+    int rc = select_cells(view, err);
+    if (rc == 0)
+        rc = build_store(view, err);
+    if (rc != 0) {
+        zm_view_free(view);
+        return rc;
+    }
+    *out = view;
+    return 0;
+}
