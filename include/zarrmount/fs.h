@@ -13,4 +13,14 @@
  * a bad command line or source; each failure says why on stderr. */
 int zm_fs_main(int argc, char **argv);
 
+#include <stdint.h>
+
+/* `zarrmount export SOURCE VIEW DIRECTORY`: writes one view ("full",
+ * "uniform/seed0/k=1000", ...) as a Zarr directory store, the same bytes a
+ * mount serves, without FUSE. codec NULL: the default. Returns the exit
+ * status (0, 1 on failure, 2 for a bad source or view), saying why on
+ * stderr. */
+int zm_fs_export(const char *source, const char *view, const char *directory, const char *codec,
+                 unsigned threads, uint64_t chunk_bytes);
+
 #endif

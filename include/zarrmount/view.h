@@ -66,6 +66,7 @@ struct zm_store_node {
     zm_view_sparse *sparse;   /* INDPTR / ENTRIES */
     int64_t constant;         /* CONSTANT */
     size_t value_size;        /* bytes per value (numbers) */
+    int cell_columns;         /* CELL_ROWS of a dense obsp matrix: columns are cells too */
     uint64_t grid[ZM_ZARR_MAX_RANK];
     /* groups */
     size_t child_count;

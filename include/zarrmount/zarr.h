@@ -61,13 +61,17 @@ int zm_codec_decode(const zm_codec *codec, const void *in, size_t size, uint8_t 
 
 /* numcodecs VLenUTF8: a uint32 LE count, then per item a uint32 LE byte
  * length and the UTF-8 bytes. count items, item i is bytes[offsets[i] ..
- * offsets[i + 1]). *out malloc'd. */
+ * offsets[i + 1]). *out malloc'd. -EINVAL (naming the item and byte) for an
+ * item that is not strict UTF-8, which numcodecs could not decode, or past
+ * the INT_MAX items or bytes numcodecs reads. */
 int zm_vlen_utf8_encode(size_t count, const uint64_t *offsets, const char *bytes, uint8_t **out,
                         size_t *out_size, zm_err *err);
 
 /* A string as numpy "<U{n}" holds it: n = its code points, each as UTF-32LE.
  * Returns n through *code_points and the bytes in *out (4n, malloc'd);
- * -EINVAL for invalid UTF-8. */
+ * -EINVAL for invalid UTF-8 (overlongs, surrogates, past U+10FFFF, cut
+ * short). The empty string is "<U1" with one NUL code point (4 zero bytes),
+ * as np.array("") is and as anndata writes it. */
 int zm_utf32_encode(const char *utf8, size_t length, uint8_t **out, size_t *out_size,
                     size_t *code_points, zm_err *err);
 
@@ -97,13 +101,22 @@ typedef struct zm_zarr_array_meta {
  * malloc'd (NUL-terminated, *length without the NUL). */
 int zm_zarr_dump(const struct json_t *document, char **out, size_t *length, zm_err *err);
 
-/* The .zarray document (as a JSON object). */
+/* The .zarray document (as a JSON object), or NULL when out of memory or
+ * meta is impossible (rank past ZM_ZARR_MAX_RANK, a size past 2^63). The
+ * compressor is written as given: zarr-python writes null for every 0-d
+ * array, so callers pass codec NULL for rank 0 (and store its chunk raw). */
 struct json_t *zm_zarr_array_document(const zm_zarr_array_meta *meta);
 /* The .zgroup document: {"zarr_format": 2}. */
 struct json_t *zm_zarr_group_document(void);
 
+/* The longest chunk key: ZM_ZARR_MAX_RANK 20-digit coordinates, the dots
+ * between them and the NUL. */
+#define ZM_ZARR_CHUNK_KEY_MAX (ZM_ZARR_MAX_RANK * 21)
+
 /* The key of a chunk from its grid coordinates ("0", "1.0", "0.0.3"; "0"
- * for a scalar), into out (64 bytes suffice). */
+ * for a scalar), into out (64 bytes suffice up to rank 3, or for
+ * coordinates below 10^7; ZM_ZARR_CHUNK_KEY_MAX always). A smaller out gets
+ * the key cut short, still NUL-terminated. */
 void zm_zarr_chunk_key(unsigned rank, const uint64_t *coords, char *out, size_t size);
 
 /* Parses a chunk key ("3.0") against a grid: fills coords and returns 0, or

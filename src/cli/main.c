@@ -2,11 +2,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "zarrmount/cli.h"
+#include "zarrmount/fs.h"
 
 static const char usage[] =
     "Usage: zarrmount select < REQUEST.json\n"
     "       zarrmount inspect FILE [--json]\n"
+    "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size BYTES]\n"
     "       zarrmount --version | --help\n"
     "\n"
     "Commands:\n"
@@ -16,6 +20,8 @@ static const char usage[] =
     "            {\"error\": reason} and exits 2\n"
     "  inspect   print the elements an .h5ad, loom or 10x .h5 file holds, how each\n"
     "            array is stored and read, and the default block size B0\n"
+    "  export    write one view (full, file, uniform/seed0/k=1000, blocks/seed0/k=1000,\n"
+    "            ...) as a Zarr directory store: the bytes a mount serves, no FUSE\n"
     "\n"
     "Mounting a source (zarrmount SOURCE MOUNTPOINT) is not built yet.\n";
 
@@ -34,6 +40,29 @@ int main(int argc, char **argv)
     }
     if (argc >= 2 && strcmp(argv[1], "inspect") == 0)
         return zm_inspect_main(argc - 2, argv + 2, stdout);
+    if (argc >= 2 && strcmp(argv[1], "export") == 0) {
+        const char *codec = NULL;
+        unsigned long long chunk = 0;
+        const char *positional[3];
+        int n = 0;
+        for (int i = 2; i < argc; i++) {
+            if (strcmp(argv[i], "--codec") == 0 && i + 1 < argc)
+                codec = argv[++i];
+            else if (strcmp(argv[i], "--chunk-size") == 0 && i + 1 < argc)
+                chunk = strtoull(argv[++i], NULL, 10);
+            else if (argv[i][0] != '-' && n < 3)
+                positional[n++] = argv[i];
+            else {
+                fprintf(stderr, "zarrmount export: unexpected argument '%s'\n", argv[i]);
+                return ZM_EXIT_REFUSED;
+            }
+        }
+        if (n != 3) {
+            fprintf(stderr, "usage: zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size BYTES]\n");
+            return ZM_EXIT_REFUSED;
+        }
+        return zm_fs_export(positional[0], positional[1], positional[2], codec, 0, chunk);
+    }
     if (argc == 2 && strcmp(argv[1], "--version") == 0) {
         printf("zarrmount %s (subsampling spec version %d)\n", ZM_VERSION, 1);
         return ZM_EXIT_OK;

@@ -510,6 +510,8 @@ static int check_ranges(const zm_array *array, const zm_range *ranges, size_t co
 {
     uint64_t rows = row_count(array), previous = 0;
     for (size_t i = 0; i < count; i++) {
+        if (ranges[i].start == ranges[i].end && ranges[i].end <= rows)
+            continue; /* empty: reads nothing, wherever it is */
         if (ranges[i].start > ranges[i].end || ranges[i].end > rows || ranges[i].start < previous)
             return zm_err_set(err, -EINVAL,
                               "%s: rows [%llu, %llu) are out of order or past its %llu rows",
@@ -559,14 +561,25 @@ static int read_ranges(zm_source *source, const zm_array *const_array, const zm_
     int rc = check_ranges(array, ranges, count, err);
     if (rc != 0)
         return rc;
+    /* Empty ranges read nothing: leave them out (they may sit anywhere). */
     uint64_t *out_row = malloc((count ? count : 1) * sizeof *out_row);
-    if (out_row == NULL)
+    zm_range *kept = malloc((count ? count : 1) * sizeof *kept);
+    if (out_row == NULL || kept == NULL) {
+        free(out_row);
+        free(kept);
         return zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
+    }
     uint64_t at = 0;
+    size_t nonempty = 0;
     for (size_t i = 0; i < count; i++) {
-        out_row[i] = at;
+        if (ranges[i].end == ranges[i].start)
+            continue;
+        out_row[nonempty] = at;
+        kept[nonempty++] = ranges[i];
         at += ranges[i].end - ranges[i].start;
     }
+    ranges = kept;
+    count = nonempty;
     uint64_t row_bytes = zm_array_row_bytes(array);
     switch (array->info.data_path) {
     case ZM_PATH_MEMORY:
@@ -586,6 +599,7 @@ static int read_ranges(zm_source *source, const zm_array *const_array, const zm_
         break;
     }
     free(out_row);
+    free(kept);
     if (rc == 0 && array->check_values)
         rc = check_values(array, out, at * row_bytes / array->info.dtype.size, err);
     return rc;

@@ -332,7 +332,22 @@ int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coo
     int rc = 0;
     switch (node->producer) {
     case ZM_PRODUCE_CELL_ROWS:
-        rc = cell_rows(view, node->source, from, to, out, err);
+        if (node->cell_columns) {
+            /* Whole source rows first, then the kept columns in view order. */
+            uint64_t width = zm_array_describe(node->source)->shape[1];
+            uint8_t *rows = malloc((to - from) * width * node->value_size + 1);
+            rc = rows ? cell_rows(view, node->source, from, to, rows, err)
+                      : zm_err_set(err, -ENOMEM, "out of memory");
+            const uint32_t *order = zm_view_order(view);
+            uint64_t columns = node->meta.shape[1];
+            for (uint64_t r = 0; rc == 0 && r < to - from; r++)
+                for (uint64_t j = 0; j < columns; j++)
+                    memcpy(out + (r * columns + j) * node->value_size,
+                           rows + (r * width + order[j]) * node->value_size, node->value_size);
+            free(rows);
+        } else {
+            rc = cell_rows(view, node->source, from, to, out, err);
+        }
         break;
     case ZM_PRODUCE_ROWS:
     case ZM_PRODUCE_SCALAR:

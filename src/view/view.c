@@ -363,6 +363,11 @@ static int array_node(struct builder *b, const char *name, const zm_element *e, 
     memcpy(m->shape, info->shape, sizeof(uint64_t) * info->rank);
     if (per_cell)
         m->shape[0] = b->view->rows;
+    /* A dense obsp matrix: its columns are the cells too. */
+    if (per_cell && info->rank == 2 && e->axes[1] == ZM_AXIS_OBS && !b->view->identity) {
+        m->shape[1] = b->view->rows;
+        node->cell_columns = 1;
+    }
     uint64_t rows_per_chunk;
     if (string) {
         snprintf(m->dtype, sizeof m->dtype, "|O");
@@ -374,7 +379,9 @@ static int array_node(struct builder *b, const char *name, const zm_element *e, 
     } else {
         set_dtype(node, info->dtype);
         node->producer = per_cell ? ZM_PRODUCE_CELL_ROWS : ZM_PRODUCE_ROWS;
-        uint64_t row_bytes = zm_array_row_bytes(a);
+        uint64_t row_bytes = node->value_size;
+        for (unsigned d = 1; d < m->rank; d++)
+            row_bytes *= m->shape[d];
         rows_per_chunk = row_bytes ? b->view->chunk_bytes / row_bytes : b->view->chunk_bytes;
     }
     set_chunks(node, rows_per_chunk ? rows_per_chunk : 1);
@@ -399,7 +406,7 @@ static int add_element(struct builder *b, zm_store_node *parent, const zm_elemen
 
 static int sparse_node(struct builder *b, const zm_element *e, const char *name, zm_store_node **out)
 {
-    zm_view_sparse *s;
+    zm_view_sparse *s = NULL;
     int rc = sparse_layout(b->view, e, &s, b->err);
     if (rc != 0)
         return rc;

@@ -1,0 +1,405 @@
+/* Chunk codecs as numcodecs 0.11 writes them: Blosc (c-blosc 1.x through its
+ * context calls, so there is no global state to initialise or lock) and Zstd
+ * (one-shot ZSTD_compress, whose frames record their content size, which
+ * numcodecs before 0.16.2 needs to decode them).
+ *
+ * Both calls are the ones numcodecs makes, with the same arguments, so for
+ * the same library versions the bytes are the same as numcodecs' own. */
+#include "zarrmount/zarr.h"
+
+#include <blosc.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+#include <zstd_errors.h>
+
+#define ZM__ZSTD_MIN_LEVEL   1
+#define ZM__ZSTD_MAX_LEVEL   22
+#define ZM__BLOSC_MAX_LEVEL  9
+#define ZM__DEFAULT_LEVEL    1 /* numcodecs' Zstd default, and ours for blosc-zstd */
+#define ZM__BLOSC_LEVEL      5 /* numcodecs' Blosc default, what anndata writes with lz4 */
+#define ZM__CODEC_SYNTAX     "none, zstd[:LEVEL] or blosc[:COMPRESSOR[:LEVEL]]"
+#define ZM__BLOSC_NAMES_TEXT "zstd, lz4, lz4hc, blosclz or zlib"
+
+static const char *const zm__blosc_names[] = {"zstd", "lz4", "lz4hc", "blosclz", "zlib"};
+
+static int zm__blosc_name_known(const char *name)
+{
+    for (size_t i = 0; i < sizeof zm__blosc_names / sizeof zm__blosc_names[0]; i++)
+        if (strcmp(name, zm__blosc_names[i]) == 0)
+            return 1;
+    return 0;
+}
+
+zm_codec zm_codec_default(void)
+{
+    zm_codec codec;
+    memset(&codec, 0, sizeof codec);
+    codec.kind = ZM_CODEC_BLOSC;
+    strcpy(codec.blosc_cname, "zstd");
+    codec.level = ZM__DEFAULT_LEVEL;
+    codec.shuffle = BLOSC_SHUFFLE;
+    return codec;
+}
+
+/* Reads a level: decimal digits only (no sign, no spaces), within [low,
+ * high]. The reason names the whole text and the part that was wrong. */
+static int zm__parse_level(const char *text, const char *part, size_t part_length,
+                           const char *what, int low, int high, int *level, zm_err *err)
+{
+    int value = 0;
+    if (part_length == 0)
+        return zm_err_set(err, -EINVAL, "codec \"%.100s\": %s level is empty (use %d to %d)",
+                          text, what, low, high);
+    for (size_t i = 0; i < part_length; i++) {
+        if (part[i] < '0' || part[i] > '9')
+            return zm_err_set(err, -EINVAL,
+                              "codec \"%.100s\": %s level %.*s is not a number (use %d to %d)",
+                              text, what, (int)(part_length > 32 ? 32 : part_length), part, low,
+                              high);
+        /* Stop growing once past any range we accept, so long digit runs
+         * cannot overflow; the range check below refuses them. */
+        if (value <= high)
+            value = value * 10 + (part[i] - '0');
+    }
+    if (value < low || value > high)
+        return zm_err_set(err, -EINVAL,
+                          "codec \"%.100s\": %s level %.*s is out of range (use %d to %d)", text,
+                          what, (int)(part_length > 32 ? 32 : part_length), part, low, high);
+    *level = value;
+    return 0;
+}
+
+int zm_codec_parse(const char *text, zm_codec *codec, zm_err *err)
+{
+    if (text == NULL)
+        return zm_err_set(err, -EINVAL, "codec: none given (use " ZM__CODEC_SYNTAX ")");
+
+    /* Split at the colons into at most three parts; a fourth is an error. */
+    const char *parts[4];
+    size_t lengths[4];
+    size_t count = 0;
+    const char *start = text;
+    for (;;) {
+        const char *colon = strchr(start, ':');
+        size_t n = colon ? (size_t)(colon - start) : strlen(start);
+        if (count == 3)
+            return zm_err_set(err, -EINVAL, "codec \"%.100s\": too many parts (use " ZM__CODEC_SYNTAX ")",
+                              text);
+        parts[count] = start;
+        lengths[count] = n;
+        count++;
+        if (colon == NULL)
+            break;
+        start = colon + 1;
+    }
+
+    zm_codec result;
+    memset(&result, 0, sizeof result);
+    if (lengths[0] == 4 && memcmp(parts[0], "none", 4) == 0) {
+        if (count > 1)
+            return zm_err_set(err, -EINVAL, "codec \"%.100s\": none takes no level or compressor",
+                              text);
+        result.kind = ZM_CODEC_NONE;
+    } else if (lengths[0] == 4 && memcmp(parts[0], "zstd", 4) == 0) {
+        if (count > 2)
+            return zm_err_set(err, -EINVAL,
+                              "codec \"%.100s\": zstd takes only a level (zstd:LEVEL, 1 to 22)",
+                              text);
+        result.kind = ZM_CODEC_ZSTD;
+        result.level = ZM__DEFAULT_LEVEL;
+        if (count == 2) {
+            int rc = zm__parse_level(text, parts[1], lengths[1], "zstd", ZM__ZSTD_MIN_LEVEL,
+                                     ZM__ZSTD_MAX_LEVEL, &result.level, err);
+            if (rc != 0)
+                return rc;
+        }
+    } else if (lengths[0] == 5 && memcmp(parts[0], "blosc", 5) == 0) {
+        result = zm_codec_default();
+        if (count >= 2) {
+            char name[sizeof result.blosc_cname] = "";
+            if (lengths[1] < sizeof name) {
+                memcpy(name, parts[1], lengths[1]);
+                name[lengths[1]] = '\0';
+            }
+            if (!zm__blosc_name_known(name))
+                return zm_err_set(err, -EINVAL,
+                                  "codec \"%.100s\": unknown blosc compressor %.*s (use "
+                                  ZM__BLOSC_NAMES_TEXT ")",
+                                  text, (int)(lengths[1] > 32 ? 32 : lengths[1]), parts[1]);
+            strcpy(result.blosc_cname, name);
+            /* blosc:zstd means the default codec; the other compressors
+             * start from numcodecs' Blosc default level. */
+            result.level = strcmp(name, "zstd") == 0 ? ZM__DEFAULT_LEVEL : ZM__BLOSC_LEVEL;
+        }
+        if (count == 3) {
+            int rc = zm__parse_level(text, parts[2], lengths[2], "blosc", 0, ZM__BLOSC_MAX_LEVEL,
+                                     &result.level, err);
+            if (rc != 0)
+                return rc;
+        }
+    } else {
+        return zm_err_set(err, -EINVAL, "codec \"%.100s\": unknown codec %.*s (use " ZM__CODEC_SYNTAX ")",
+                          text, (int)(lengths[0] > 32 ? 32 : lengths[0]), parts[0]);
+    }
+    *codec = result;
+    return 0;
+}
+
+void zm_codec_format(const zm_codec *codec, char *out, size_t size)
+{
+    if (size == 0)
+        return;
+    switch (codec->kind) {
+    case ZM_CODEC_NONE:
+        snprintf(out, size, "none");
+        break;
+    case ZM_CODEC_ZSTD:
+        snprintf(out, size, "zstd:%d", codec->level);
+        break;
+    case ZM_CODEC_BLOSC:
+        /* The text form has no shuffle part: byte shuffle is the only one
+         * zm_codec_parse gives, so any other is spelled out after it. */
+        if (codec->shuffle == BLOSC_SHUFFLE)
+            snprintf(out, size, "blosc:%.16s:%d", codec->blosc_cname, codec->level);
+        else
+            snprintf(out, size, "blosc:%.16s:%d (shuffle %d)", codec->blosc_cname, codec->level,
+                     codec->shuffle);
+        break;
+    default:
+        snprintf(out, size, "unknown");
+        break;
+    }
+}
+
+/* Sets key to a new value in object, stealing value; 0 or -1 (which frees
+ * nothing further: json_object_set_new drops value on failure). */
+static int zm__set(json_t *object, const char *key, json_t *value)
+{
+    return value == NULL ? -1 : json_object_set_new(object, key, value);
+}
+
+json_t *zm_codec_config(const zm_codec *codec)
+{
+    if (codec == NULL || codec->kind == ZM_CODEC_NONE)
+        return NULL;
+    json_t *config = json_object();
+    if (config == NULL)
+        return NULL;
+    int failed = 0;
+    if (codec->kind == ZM_CODEC_BLOSC) {
+        failed |= zm__set(config, "id", json_string("blosc"));
+        failed |= zm__set(config, "cname", json_string(codec->blosc_cname));
+        failed |= zm__set(config, "clevel", json_integer(codec->level));
+        failed |= zm__set(config, "shuffle", json_integer(codec->shuffle));
+        failed |= zm__set(config, "blocksize", json_integer(0));
+    } else {
+        failed |= zm__set(config, "id", json_string("zstd"));
+        failed |= zm__set(config, "level", json_integer(codec->level));
+    }
+    if (failed) {
+        json_decref(config);
+        return NULL;
+    }
+    return config;
+}
+
+/* Refuses a codec no text could have produced, before any library sees it. */
+static int zm__codec_check(const zm_codec *codec, zm_err *err)
+{
+    switch (codec->kind) {
+    case ZM_CODEC_NONE:
+        return 0;
+    case ZM_CODEC_ZSTD:
+        if (codec->level < ZM__ZSTD_MIN_LEVEL || codec->level > ZM__ZSTD_MAX_LEVEL)
+            return zm_err_set(err, -EINVAL, "codec zstd: level %d is out of range (use 1 to 22)",
+                              codec->level);
+        return 0;
+    case ZM_CODEC_BLOSC:
+        if (memchr(codec->blosc_cname, '\0', sizeof codec->blosc_cname) == NULL ||
+            !zm__blosc_name_known(codec->blosc_cname))
+            return zm_err_set(err, -EINVAL,
+                              "codec blosc: unknown compressor %.16s (use " ZM__BLOSC_NAMES_TEXT
+                              ")",
+                              codec->blosc_cname);
+        if (codec->level < 0 || codec->level > ZM__BLOSC_MAX_LEVEL)
+            return zm_err_set(err, -EINVAL, "codec blosc: level %d is out of range (use 0 to 9)",
+                              codec->level);
+        if (codec->shuffle < BLOSC_NOSHUFFLE || codec->shuffle > BLOSC_BITSHUFFLE)
+            return zm_err_set(err, -EINVAL,
+                              "codec blosc: shuffle %d is not 0 (none), 1 (byte) or 2 (bit)",
+                              codec->shuffle);
+        return 0;
+    }
+    return zm_err_set(err, -EINVAL, "codec: unknown kind %d", (int)codec->kind);
+}
+
+/* malloc that never returns NULL for a request of 0 bytes, so NULL always
+ * means out of memory. */
+static uint8_t *zm__alloc(size_t size)
+{
+    return malloc(size ? size : 1);
+}
+
+/* Gives back the unused tail of a buffer that was sized for the worst case. */
+static uint8_t *zm__shrink(uint8_t *buffer, size_t size)
+{
+    uint8_t *smaller = realloc(buffer, size ? size : 1);
+    return smaller ? smaller : buffer;
+}
+
+static int zm__encode_blosc(const zm_codec *codec, size_t typesize, const void *in, size_t size,
+                            uint8_t **out, size_t *out_size, zm_err *err)
+{
+    if (size > (size_t)BLOSC_MAX_BUFFERSIZE)
+        return zm_err_set(err, -EINVAL,
+                          "blosc: a chunk of %zu bytes is larger than blosc's limit of %d bytes",
+                          size, BLOSC_MAX_BUFFERSIZE);
+    /* numcodecs gives blosc room for the input plus its header, in which
+     * compression always succeeds (blosc stores the bytes as they are when
+     * they do not shrink). */
+    size_t capacity = size + BLOSC_MAX_OVERHEAD;
+    uint8_t *buffer = zm__alloc(capacity);
+    if (buffer == NULL)
+        return zm_err_set(err, -ENOMEM, "blosc: out of memory for a %zu-byte chunk", size);
+    /* c-blosc treats typesize 0 or past 255 as 1; say so rather than rely on it. */
+    size_t blosc_typesize = typesize == 0 || typesize > BLOSC_MAX_TYPESIZE ? 1 : typesize;
+    int n = blosc_compress_ctx(codec->level, codec->shuffle, blosc_typesize, size, in, buffer,
+                               capacity, codec->blosc_cname, 0, 1);
+    if (n <= 0) {
+        free(buffer);
+        return zm_err_set(err, -EIO, "blosc-%s: compression failed (blosc_compress_ctx returned %d)",
+                          codec->blosc_cname, n);
+    }
+    *out = zm__shrink(buffer, (size_t)n);
+    *out_size = (size_t)n;
+    return 0;
+}
+
+static int zm__encode_zstd(const zm_codec *codec, const void *in, size_t size, uint8_t **out,
+                           size_t *out_size, zm_err *err)
+{
+    size_t capacity = ZSTD_compressBound(size);
+    if (ZSTD_isError(capacity))
+        return zm_err_set(err, -EINVAL, "zstd: a chunk of %zu bytes is too large", size);
+    uint8_t *buffer = zm__alloc(capacity);
+    if (buffer == NULL)
+        return zm_err_set(err, -ENOMEM, "zstd: out of memory for a %zu-byte chunk", size);
+    size_t n = ZSTD_compress(buffer, capacity, in, size, codec->level);
+    if (ZSTD_isError(n)) {
+        free(buffer);
+        if (ZSTD_getErrorCode(n) == ZSTD_error_memory_allocation)
+            return zm_err_set(err, -ENOMEM, "zstd: out of memory compressing a %zu-byte chunk",
+                              size);
+        return zm_err_set(err, -EIO, "zstd: compression failed (%s)", ZSTD_getErrorName(n));
+    }
+    *out = zm__shrink(buffer, n);
+    *out_size = n;
+    return 0;
+}
+
+static int zm__copy(const void *in, size_t size, uint8_t **out, size_t *out_size, zm_err *err)
+{
+    uint8_t *buffer = zm__alloc(size);
+    if (buffer == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory for a %zu-byte chunk", size);
+    if (size > 0)
+        memcpy(buffer, in, size);
+    *out = buffer;
+    *out_size = size;
+    return 0;
+}
+
+int zm_codec_encode(const zm_codec *codec, size_t typesize, const void *in, size_t size,
+                    uint8_t **out, size_t *out_size, zm_err *err)
+{
+    int rc = zm__codec_check(codec, err);
+    if (rc != 0)
+        return rc;
+    switch (codec->kind) {
+    case ZM_CODEC_BLOSC:
+        return zm__encode_blosc(codec, typesize, in, size, out, out_size, err);
+    case ZM_CODEC_ZSTD:
+        return zm__encode_zstd(codec, in, size, out, out_size, err);
+    default:
+        return zm__copy(in, size, out, out_size, err);
+    }
+}
+
+static int zm__decode_blosc(const uint8_t *in, size_t size, uint8_t **out, size_t *out_size,
+                            zm_err *err)
+{
+    if (size < BLOSC_MIN_HEADER_LENGTH)
+        return zm_err_set(err, -EIO, "blosc: chunk truncated (%zu bytes, the header alone is %d)",
+                          size, BLOSC_MIN_HEADER_LENGTH);
+    /* c-blosc's decompressor takes no input size and trusts the header;
+     * blosc_cbuffer_validate checks that header against the bytes we have. */
+    size_t nbytes = 0;
+    if (blosc_cbuffer_validate(in, size, &nbytes) != 0)
+        return zm_err_set(err, -EIO, "blosc: chunk corrupt (its header does not fit its %zu bytes)",
+                          size);
+    uint8_t *buffer = zm__alloc(nbytes);
+    if (buffer == NULL)
+        return zm_err_set(err, -ENOMEM, "blosc: out of memory for a %zu-byte chunk", nbytes);
+    int n = nbytes == 0 ? 0 : blosc_decompress_ctx(in, buffer, nbytes, 1);
+    if (n < 0 || (size_t)n != nbytes) {
+        free(buffer);
+        return zm_err_set(err, -EIO, "blosc: chunk corrupt (blosc_decompress_ctx returned %d for %zu bytes)",
+                          n, nbytes);
+    }
+    *out = buffer;
+    *out_size = nbytes;
+    return 0;
+}
+
+static int zm__decode_zstd(const uint8_t *in, size_t size, uint8_t **out, size_t *out_size,
+                           zm_err *err)
+{
+    /* We write exactly one frame with its content size; anything else is
+     * not ours. */
+    unsigned long long content = ZSTD_getFrameContentSize(in, size);
+    if (content == ZSTD_CONTENTSIZE_ERROR)
+        return zm_err_set(err, -EIO, "zstd: chunk corrupt (no zstd frame header in %zu bytes)",
+                          size);
+    if (content == ZSTD_CONTENTSIZE_UNKNOWN)
+        return zm_err_set(err, -EIO, "zstd: chunk's frame does not record its content size");
+    size_t frame = ZSTD_findFrameCompressedSize(in, size);
+    if (ZSTD_isError(frame))
+        return zm_err_set(err, -EIO, "zstd: chunk corrupt (%s)", ZSTD_getErrorName(frame));
+    if (frame != size)
+        return zm_err_set(err, -EIO, "zstd: chunk has %zu bytes after its frame of %zu",
+                          size - frame, frame);
+    if (content > SIZE_MAX)
+        return zm_err_set(err, -EIO, "zstd: chunk claims %llu bytes", content);
+    uint8_t *buffer = zm__alloc((size_t)content);
+    if (buffer == NULL)
+        return zm_err_set(err, -ENOMEM, "zstd: out of memory for a %llu-byte chunk", content);
+    size_t n = ZSTD_decompress(buffer, (size_t)content, in, size);
+    if (ZSTD_isError(n) || n != content) {
+        free(buffer);
+        return zm_err_set(err, -EIO, "zstd: chunk corrupt (%s)",
+                          ZSTD_isError(n) ? ZSTD_getErrorName(n) : "content size mismatch");
+    }
+    *out = buffer;
+    *out_size = n;
+    return 0;
+}
+
+int zm_codec_decode(const zm_codec *codec, const void *in, size_t size, uint8_t **out,
+                    size_t *out_size, zm_err *err)
+{
+    int rc = zm__codec_check(codec, err);
+    if (rc != 0)
+        return rc;
+    switch (codec->kind) {
+    case ZM_CODEC_BLOSC:
+        return zm__decode_blosc(in, size, out, out_size, err);
+    case ZM_CODEC_ZSTD:
+        return zm__decode_zstd(in, size, out, out_size, err);
+    default:
+        return zm__copy(in, size, out, out_size, err);
+    }
+}

@@ -1,0 +1,235 @@
+#!/usr/bin/python3
+"""Shared by the integration tests: the views to check for a source, the
+reference AnnData each must equal, and a comparison that says where two
+objects differ.
+
+A view's reference is what anndata reads from the source, subset to the
+view's cells in its order (anndata.read_h5ad(SOURCE)[order]); order comes
+from `zarrmount select` (and B0 from `zarrmount inspect --json`). loom and 10x
+sources are read as docs/sources.md presents them.
+"""
+import json
+import math
+import os
+import subprocess
+import warnings
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+warnings.simplefilter("ignore")
+import anndata  # noqa: E402
+import h5py  # noqa: E402
+
+import sys as _sys
+_sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "source"))
+import h5zstd  # noqa: E402  (zstd-filtered fixtures: Debian has no zstd HDF5 plugin)
+
+h5zstd.register()
+
+BINARY = os.environ.get("ZM_BINARY", "build/zarrmount")
+
+
+def run_json(args, stdin=None):
+    done = subprocess.run([BINARY, *args], input=stdin, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"zarrmount {' '.join(args)}: {done.stdout}{done.stderr}")
+    return json.loads(done.stdout)
+
+
+def order_of(method, n, seed=0, k=None, block_size=None):
+    if method == "file":
+        return np.arange(n)
+    request = {"method": "blocks" if method == "blocks" else "uniform", "n": n, "seed": seed,
+               "k": n if k is None else k}
+    if method == "blocks":
+        request["blockSize"] = block_size
+    if n == 0:
+        return np.arange(0)
+    return np.array(run_json(["select"], json.dumps(request))["order"], dtype=np.int64)
+
+
+def views_for(path):
+    """(view path, method, seed, k, B) to check for a source."""
+    info = run_json(["inspect", path, "--json"])
+    n, b0 = info["nObs"], info["defaultBlockSize"]["blockSize"]
+    views = [("file", "file", 0, n, None), ("full", "uniform", 0, n, None)]
+    if n >= 1:
+        views.append(("uniform/seed0/k=1", "uniform", 0, 1, None))
+    if n >= 2:
+        views.append((f"uniform/seed4294967295/k={n - 1}", "uniform", 4294967295, n - 1, None))
+        views.append((f"uniform/seed7/k={max(1, n // 3)}", "uniform", 7, max(1, n // 3), None))
+        views.append((f"blocks/seed0/k={max(1, n // 2)}", "blocks", 0, max(1, n // 2), b0))
+        views.append((f"blocks/B=3/seed5/k={max(1, n // 4)}", "blocks", 5, max(1, n // 4), 3))
+    return info, views
+
+
+# ---- references ------------------------------------------------------------------------
+
+def _strings(ds):
+    values = ds[()]
+    return np.array([v.decode() if isinstance(v, bytes) else str(v) for v in np.ravel(values)], dtype=object)
+
+
+def read_10x(path):
+    with h5py.File(path, "r") as f:
+        group = "matrix" if "matrix" in f else sorted(k for k in f if isinstance(f[k], h5py.Group) and "genes" in f[k])[0]
+        g = f[group]
+        n_features, n_cells = (int(x) for x in g["shape"][()])
+        X = sp.csr_matrix((g["data"][()], g["indices"][()], g["indptr"][()]), shape=(n_cells, n_features))
+        obs = pd.DataFrame(index=pd.Index(_strings(g["barcodes"])))
+        if group == "matrix":
+            feats = g["features"]
+            var = pd.DataFrame(index=pd.Index(_strings(feats["name"])))
+            var["gene_ids"] = _strings(feats["id"])
+            if "feature_type" in feats:
+                var["feature_types"] = _strings(feats["feature_type"])
+            if "genome" in feats:
+                var["genome"] = _strings(feats["genome"])
+            for key in sorted(feats):
+                if key in ("id", "name", "feature_type", "genome", "_all_tag_keys"):
+                    continue
+                ds = feats[key]
+                if isinstance(ds, h5py.Dataset) and ds.ndim == 1 and ds.shape[0] == n_features:
+                    var[key] = _strings(ds) if ds.dtype.kind in "SOU" else ds[()]
+            for key in sorted(g):
+                if key in ("barcodes", "data", "indices", "indptr", "shape"):
+                    continue
+                ds = g[key]
+                if isinstance(ds, h5py.Dataset) and ds.ndim == 1 and ds.shape[0] == n_cells:
+                    obs[key] = _strings(ds) if ds.dtype.kind in "SOU" else ds[()]
+        else:
+            var = pd.DataFrame(index=pd.Index(_strings(g["gene_names"])))
+            var["gene_ids"] = _strings(g["genes"])
+    return anndata.AnnData(X=X, obs=obs, var=var, dtype=X.dtype)
+
+
+def reference(path):
+    if path.endswith(".h5ad"):
+        return anndata.read_h5ad(path)
+    if path.endswith(".h5"):
+        return read_10x(path)
+    raise NotImplementedError(path)
+
+
+# ---- comparison ------------------------------------------------------------------------
+
+class Differ(Exception):
+    pass
+
+
+def _arrays(a, b, where):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        raise Differ(f"{where}: shape {a.shape} vs {b.shape}")
+    if a.dtype.kind in "OSU" or b.dtype.kind in "OSU":
+        if [str(x) for x in a.ravel()] != [str(x) for x in b.ravel()]:
+            raise Differ(f"{where}: strings differ")
+        return
+    # Byte order is storage: a big-endian source is served little-endian.
+    if a.dtype.newbyteorder("=") != b.dtype.newbyteorder("="):
+        raise Differ(f"{where}: dtype {a.dtype} vs {b.dtype}")
+    if not np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
+        raise Differ(f"{where}: values differ")
+
+
+def _sparse(a, b, where):
+    if a.format != b.format:
+        raise Differ(f"{where}: {a.format} vs {b.format}")
+    if a.shape != b.shape or a.dtype.newbyteorder("=") != b.dtype.newbyteorder("="):
+        raise Differ(f"{where}: {a.shape} {a.dtype} vs {b.shape} {b.dtype}")
+    a, b = a.copy(), b.copy()
+    a.sort_indices()
+    b.sort_indices()
+    _arrays(a.indptr.astype(np.int64), b.indptr.astype(np.int64), f"{where}.indptr")
+    _arrays(a.indices.astype(np.int64), b.indices.astype(np.int64), f"{where}.indices")
+    _arrays(a.data, b.data, f"{where}.data")
+
+
+def _frames(a, b, where):
+    if list(a.columns) != list(b.columns):
+        raise Differ(f"{where}: columns {list(a.columns)} vs {list(b.columns)}")
+    _arrays(np.asarray(a.index, dtype=object), np.asarray(b.index, dtype=object), f"{where}.index")
+    for c in a.columns:
+        x, y = a[c], b[c]
+        if isinstance(x.dtype, pd.CategoricalDtype) or isinstance(y.dtype, pd.CategoricalDtype):
+            if not (isinstance(x.dtype, pd.CategoricalDtype) and isinstance(y.dtype, pd.CategoricalDtype)):
+                raise Differ(f"{where}/{c}: {x.dtype} vs {y.dtype}")
+            _arrays(np.asarray(x.cat.categories), np.asarray(y.cat.categories), f"{where}/{c}.categories")
+            _arrays(x.cat.codes.to_numpy(), y.cat.codes.to_numpy(), f"{where}/{c}.codes")
+            if x.cat.ordered != y.cat.ordered:
+                raise Differ(f"{where}/{c}: ordered {x.cat.ordered} vs {y.cat.ordered}")
+        elif (x.dtype.newbyteorder("=") if isinstance(x.dtype, np.dtype) else str(x.dtype)) != \
+                (y.dtype.newbyteorder("=") if isinstance(y.dtype, np.dtype) else str(y.dtype)):
+            raise Differ(f"{where}/{c}: dtype {x.dtype} vs {y.dtype}")
+        elif hasattr(x, "array") and isinstance(x.array, pd.arrays.BaseMaskedArray if hasattr(pd.arrays, "BaseMaskedArray") else ()):
+            if not x.equals(y):
+                raise Differ(f"{where}/{c}: values differ")
+        else:
+            try:
+                _arrays(x.to_numpy(), y.to_numpy(), f"{where}/{c}")
+            except TypeError:
+                if not x.equals(y):
+                    raise Differ(f"{where}/{c}: values differ")
+
+
+def same(a, b, where="/"):
+    if sp.issparse(a) or sp.issparse(b):
+        if not (sp.issparse(a) and sp.issparse(b)):
+            raise Differ(f"{where}: sparse vs dense")
+        return _sparse(a, b, where)
+    if isinstance(a, pd.DataFrame) or isinstance(b, pd.DataFrame):
+        if not (isinstance(a, pd.DataFrame) and isinstance(b, pd.DataFrame)):
+            raise Differ(f"{where}: dataframe vs {type(b).__name__}")
+        return _frames(a, b, where)
+    if isinstance(a, dict) or hasattr(a, "keys") and not isinstance(a, np.ndarray):
+        ka, kb = sorted(a.keys()), sorted(b.keys())
+        if ka != kb:
+            raise Differ(f"{where}: keys {ka} vs {kb}")
+        for k in ka:
+            same(a[k], b[k], f"{where}/{k}")
+        return
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return _arrays(a, b, where)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return
+    if a != b and not (np.ndim(a) == 0 and np.ndim(b) == 0 and np.asarray(a) == np.asarray(b)):
+        raise Differ(f"{where}: {a!r} vs {b!r}")
+
+
+def check_view(store, ref, order, method, nobs):
+    """Raises Differ if the store (an AnnData read from it) is not ref[order]."""
+    got = store
+    positions = got.obs.get("cellucid_original_position")
+    if positions is None:
+        raise Differ("/obs: no cellucid_original_position column")
+    _arrays(positions.to_numpy().astype(np.int64), np.asarray(order, dtype=np.int64), "/obs/cellucid_original_position")
+    if positions.dtype != np.uint32:
+        raise Differ(f"/obs/cellucid_original_position: dtype {positions.dtype}")
+    got.obs = got.obs.drop(columns=["cellucid_original_position"])
+    if method == "full":
+        priority = got.uns.get("cellucid", {}).get("priority")
+        if priority is None or {k: int(v) for k, v in priority.items()} != {"seed": 0, "specVersion": 1, "nObs": nobs}:
+            raise Differ(f"/uns/cellucid/priority: {priority!r}")
+        del got.uns["cellucid"]["priority"]
+        if not got.uns["cellucid"]:
+            del got.uns["cellucid"]
+    # Views keep every category of a categorical (codes stay the source's,
+    # the same in every view); anndata's subsetting drops the categories no
+    # kept cell uses (and their colors in uns). Compare as anndata would
+    # present both: subset each, which prunes both the same way.
+    want = ref[np.asarray(order, dtype=np.int64)].copy()
+    got = got[np.arange(got.n_obs)].copy()
+    same(got.X, want.X, "/X")
+    for part in ("obs", "var"):
+        same(getattr(got, part), getattr(want, part), f"/{part}")
+    for part in ("obsm", "varm", "obsp", "varp", "layers"):
+        same(dict(getattr(got, part)), dict(getattr(want, part)), f"/{part}")
+    same(dict(got.uns), dict(want.uns), "/uns")
+    if (got.raw is None) != (want.raw is None):
+        raise Differ("/raw: present in one only")
+    if got.raw is not None:
+        same(got.raw.X, want.raw.X, "/raw/X")
+        same(got.raw.var, want.raw.var, "/raw/var")
+        same(dict(got.raw.varm), dict(want.raw.varm), "/raw/varm")
