@@ -359,8 +359,9 @@ static int array_node(struct builder *b, const char *name, const zm_element *e, 
         *out = node;
         return 0;
     }
-    m->rank = info->rank;
-    memcpy(m->shape, info->shape, sizeof(uint64_t) * info->rank);
+    /* The element's shape: a loom (n, 1) attribute is a column of n. */
+    m->rank = e->rank;
+    memcpy(m->shape, e->shape, sizeof(uint64_t) * e->rank);
     if (per_cell)
         m->shape[0] = b->view->rows;
     /* A dense obsp matrix: its columns are the cells too. */

@@ -25,9 +25,9 @@ def sources():
     files = []
     for pattern in ("fixtures/sources/h5ad/*.h5ad", "fixtures/sources/filters/*.h5ad",
                     "fixtures/sources/layouts/*.h5ad", "fixtures/sources/legacy/*.h5ad",
-                    "fixtures/sources/10x/*.h5"):
+                    "fixtures/sources/10x/*.h5", "fixtures/sources/loom/*.loom"):
         files += sorted(glob.glob(os.path.join(ROOT, pattern)))
-    for pattern in ("h5ad/*.h5ad", "10x/*.h5", "synthetic/*.h5ad", "synthetic/*.h5"):
+    for pattern in ("h5ad/*.h5ad", "10x/*.h5", "loom/*.loom", "synthetic/*.h5ad", "synthetic/*.h5"):
         files += sorted(glob.glob(os.path.join(SHARED, pattern)))
     return files
 

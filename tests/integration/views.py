@@ -105,11 +105,60 @@ def read_10x(path):
     return anndata.AnnData(X=X, obs=obs, var=var, dtype=X.dtype)
 
 
+def _loom_attrs(group, n, index_key):
+    import html
+    frame, mapping, index = {}, {}, None
+    for key in sorted(group):
+        ds = group[key]
+        if not isinstance(ds, h5py.Dataset):
+            continue
+        values = ds[()]
+        if values.dtype.kind in "SOU":
+            flat = [html.unescape(v.decode() if isinstance(v, bytes) else str(v)) for v in np.ravel(values)]
+            values = np.array(flat, dtype=object).reshape(values.shape)
+        if key == index_key and values.ndim == 1 and index is None:
+            index = values
+        elif values.ndim == 2 and values.shape[1] > 1:
+            mapping[key] = values
+        else:
+            frame[key] = values.reshape(n)
+    if index is None:
+        index = np.array([str(i) for i in range(n)], dtype=object)
+    return pd.DataFrame(frame, index=pd.Index(index)), mapping
+
+
+def _loom_graph(group, n):
+    a, b, w = group["a"][()].astype(np.int64), group["b"][()].astype(np.int64), group["w"][()]
+    m = sp.coo_matrix((w, (a, b)), shape=(n, n)).tocsr()
+    m.sum_duplicates()
+    m.sort_indices()
+    if n < 2**31 and m.nnz < 2**31:
+        m.indices = m.indices.astype(np.int32)
+        m.indptr = m.indptr.astype(np.int32)
+    return m
+
+
+def read_loom(path):
+    """As docs/sources.md says zarrmount presents a loom file."""
+    with h5py.File(path, "r") as f:
+        X = f["matrix"][()].T
+        n_obs, n_vars = X.shape
+        obs, obsm = _loom_attrs(f["col_attrs"], n_obs, "CellID")
+        var, varm = _loom_attrs(f["row_attrs"], n_vars, "Gene")
+        layers = {k: f["layers"][k][()].T for k in (f["layers"] if "layers" in f else [])}
+        obsp = {k: _loom_graph(f["col_graphs"][k], n_obs) for k in (f["col_graphs"] if "col_graphs" in f else [])}
+        varp = {k: _loom_graph(f["row_graphs"][k], n_vars) for k in (f["row_graphs"] if "row_graphs" in f else [])}
+    return anndata.AnnData(X=X, obs=obs, var=var, obsm=obsm, varm=varm, layers=layers, obsp=obsp,
+                           varp=varp, dtype=X.dtype)
+
+
 def reference(path):
     if path.endswith(".h5ad"):
         return anndata.read_h5ad(path)
     if path.endswith(".h5"):
         return read_10x(path)
+    if path.endswith(".loom"):
+        return read_loom(path)
     raise NotImplementedError(path)
 
 
