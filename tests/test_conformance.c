@@ -63,7 +63,7 @@ static void load_fixture(void)
 
 static void free_fixture(void) { json_decref(fixture); }
 
-TestSuite(conformance, .init = load_fixture, .fini = free_fixture, .timeout = 600);
+TestSuite(conformance, .init = load_fixture, .fini = free_fixture);
 
 static json_t *section(const char *name)
 {

@@ -403,7 +403,7 @@ static void check_directory(const char *dir)
 }
 
 #define FIXTURE_TEST(name, subdir)                                                                  \
-    Test(source, name, .timeout = 900)                                                              \
+    Test(source, name)                                                              \
     {                                                                                               \
         char dir[4096];                                                                             \
         snprintf(dir, sizeof dir, "%s/fixtures/sources/%s", source_root(), subdir);                 \
@@ -418,7 +418,7 @@ FIXTURE_TEST(fixtures_loom, "loom")
 FIXTURE_TEST(fixtures_10x, "10x")
 
 #define SHARED_TEST(name, subdir)                                                                   \
-    Test(source, name, .timeout = 900)                                                              \
+    Test(source, name)                                                              \
     {                                                                                               \
         char dir[4096];                                                                             \
         snprintf(dir, sizeof dir, "%s/%s", shared_data(), subdir);                                  \

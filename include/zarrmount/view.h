@@ -44,6 +44,7 @@ typedef enum zm_producer {
     ZM_PRODUCE_POSITIONS,   /* obs/cellucid_original_position */
     ZM_PRODUCE_INDPTR,      /* a sparse matrix's pointers in the view */
     ZM_PRODUCE_ENTRIES,     /* a sparse matrix's data or indices in the view */
+    ZM_PRODUCE_RECORDS,     /* a structured array (rec-array) as packed records */
 } zm_producer;
 
 /* Which part of a sparse matrix an ENTRIES/INDPTR array is. */
@@ -67,6 +68,7 @@ struct zm_store_node {
     int64_t constant;         /* CONSTANT */
     size_t value_size;        /* bytes per value (numbers) */
     int cell_columns;         /* CELL_ROWS of a dense obsp matrix: columns are cells too */
+    size_t *field_sizes;      /* RECORDS: bytes of each field in a record */
     uint64_t grid[ZM_ZARR_MAX_RANK];
     /* groups */
     size_t child_count;

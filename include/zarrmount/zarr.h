@@ -84,6 +84,7 @@ typedef enum zm_fill {
     ZM_FILL_FALSE,      /* false */
     ZM_FILL_EMPTY_TEXT, /* "" (for "<U" scalars) */
     ZM_FILL_NULL,       /* null */
+    ZM_FILL_ZERO_RECORD,/* base64 of record_size zero bytes (structured dtypes) */
 } zm_fill;
 
 typedef struct zm_zarr_array_meta {
@@ -94,6 +95,10 @@ typedef struct zm_zarr_array_meta {
     zm_fill fill;
     const zm_codec *codec;              /* NULL: "compressor": null */
     int vlen_utf8;                      /* "filters": [{"id": "vlen-utf8"}] (else null) */
+    /* A structured dtype (anndata's rec-array): [[name, dtype], ...], written
+     * as "dtype" in place of dtype; record_size bytes a record. */
+    const struct json_t *dtype_fields;
+    size_t record_size;
 } zm_zarr_array_meta;
 
 /* JSON text as zarr-python writes it: indent 4, keys sorted, ASCII with

@@ -290,6 +290,52 @@ static int entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, 
     return rc;
 }
 
+/* Records [from, to) of a rec-array, packed: each field's values, strings as
+ * UTF-32LE padded with zeros to the field's width. */
+static int records_chunk(zm_view *view, const zm_store_node *node, uint64_t from, uint64_t to,
+                         uint8_t *out, zm_err *err)
+{
+    const zm_element *e = node->element;
+    zm_source *source = zm_view_source(view);
+    size_t offset = 0;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < e->child_count; i++) {
+        const zm_array *a = e->children[i]->values;
+        size_t width = node->field_sizes[i];
+        if (zm_array_describe(a)->dtype.type_class == ZM_TYPE_STRING) {
+            uint64_t *rows = malloc((to - from + 1) * sizeof *rows);
+            zm_strings s = {0};
+            rc = rows ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
+            for (uint64_t r = from; rc == 0 && r < to; r++)
+                rows[r - from] = r;
+            if (rc == 0 && to > from)
+                rc = zm_array_read_strings(source, a, rows, to - from, &s, err);
+            for (uint64_t r = 0; rc == 0 && r < to - from; r++) {
+                uint8_t *utf32 = NULL;
+                size_t size = 0, points = 0;
+                rc = zm_utf32_encode(s.bytes + s.offsets[r], s.offsets[r + 1] - s.offsets[r], &utf32,
+                                     &size, &points, err);
+                /* An empty string encodes as one NUL code point; it pads. */
+                if (rc == 0)
+                    memcpy(out + r * node->value_size + offset, utf32,
+                           points == 0 ? 0 : (size < width ? size : width));
+                free(utf32);
+            }
+            zm_strings_free(&s);
+            free(rows);
+        } else if (to > from) {
+            uint8_t *values = malloc((to - from) * width);
+            rc = values ? zm_array_read_rows(source, a, from, to - from, values, err)
+                        : zm_err_set(err, -ENOMEM, "out of memory");
+            for (uint64_t r = 0; rc == 0 && r < to - from; r++)
+                memcpy(out + r * node->value_size + offset, values + r * width, width);
+            free(values);
+        }
+        offset += width;
+    }
+    return rc;
+}
+
 int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coords,
                    uint8_t **raw, size_t *raw_size, size_t *typesize, zm_err *err)
 {
@@ -371,6 +417,9 @@ int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coo
     }
     case ZM_PRODUCE_ENTRIES:
         rc = entries_chunk(view, node, from, to, out, err);
+        break;
+    case ZM_PRODUCE_RECORDS:
+        rc = records_chunk(view, node, from, to, out, err);
         break;
     default:
         rc = zm_err_set(err, -EINVAL, "internal error: unknown producer");

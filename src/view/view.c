@@ -46,6 +46,8 @@ static void node_free(zm_store_node *node)
     for (size_t i = 0; i < node->child_count; i++)
         node_free(node->children[i]);
     free(node->children);
+    free(node->field_sizes);
+    json_decref((json_t *)node->meta.dtype_fields);
     json_decref(node->attrs);
     free(node->name);
     free(node);
@@ -450,6 +452,64 @@ static int sparse_node(struct builder *b, const zm_element *e, const char *name,
     return 0;
 }
 
+/* A rec-array as anndata writes it to Zarr: a structured dtype with each
+ * string field made fixed-length "<U{n}", n the longest value's UTF-8 bytes
+ * (anndata's _to_fixed_length_strings), records packed. */
+static int records_node(struct builder *b, const zm_element *e, const char *name,
+                        zm_store_node **out)
+{
+    zm_store_node *node = node_new(name, 1);
+    json_t *fields = json_array();
+    if (node == NULL || fields == NULL) {
+        node_free(node);
+        json_decref(fields);
+        return zm_err_set(b->err, -ENOMEM, "out of memory");
+    }
+    node->attrs = encoding("rec-array", "0.2.0");
+    node->element = e;
+    node->producer = ZM_PRODUCE_RECORDS;
+    node->field_sizes = calloc(e->child_count + 1, sizeof *node->field_sizes);
+    int rc = node->field_sizes ? 0 : zm_err_set(b->err, -ENOMEM, "out of memory");
+    size_t record = 0;
+    for (size_t i = 0; rc == 0 && i < e->child_count; i++) {
+        const zm_element *f = e->children[i];
+        const zm_array_info *info = zm_array_describe(f->values);
+        char dtype[32];
+        if (info->dtype.type_class == ZM_TYPE_STRING) {
+            zm_strings s;
+            rc = zm_array_read_strings(zm_view_source(b->view), f->values, NULL, 0, &s, b->err);
+            size_t longest = 0;
+            for (size_t j = 0; rc == 0 && j < s.count; j++)
+                if (s.offsets[j + 1] - s.offsets[j] > longest)
+                    longest = s.offsets[j + 1] - s.offsets[j];
+            if (rc == 0)
+                zm_strings_free(&s);
+            snprintf(dtype, sizeof dtype, "<U%zu", longest);
+            node->field_sizes[i] = 4 * longest;
+        } else {
+            snprintf(dtype, sizeof dtype, "%s", zm_dtype_name(info->dtype));
+            node->field_sizes[i] = info->dtype.size;
+        }
+        record += node->field_sizes[i];
+        json_array_append_new(fields, json_pack("[s, s]", f->name, dtype));
+    }
+    if (rc != 0) {
+        json_decref(fields);
+        node_free(node);
+        return rc;
+    }
+    node->meta.dtype_fields = fields;
+    node->meta.record_size = record;
+    node->meta.fill = ZM_FILL_ZERO_RECORD;
+    snprintf(node->meta.dtype, sizeof node->meta.dtype, "|V%zu", record);
+    node->value_size = record;
+    node->meta.rank = 1;
+    node->meta.shape[0] = e->shape[0];
+    set_chunks(node, record ? b->view->chunk_bytes / record : 1);
+    *out = node;
+    return 0;
+}
+
 static int element_node(struct builder *b, const zm_element *e, const char *name, int is_root_obs,
                         zm_store_node **out)
 {
@@ -470,7 +530,7 @@ static int element_node(struct builder *b, const zm_element *e, const char *name
     case ZM_ELEMENT_SPARSE:
         return sparse_node(b, e, name, out);
     case ZM_ELEMENT_RECORDS:
-        return 0; /* structured arrays are not served yet */
+        return records_node(b, e, name, out);
     case ZM_ELEMENT_CATEGORICAL:
     case ZM_ELEMENT_NULLABLE: {
         zm_store_node *group = node_new(name, 0), *first = NULL, *second = NULL;

@@ -47,19 +47,18 @@ zm_codec zm_codec_default(void)
 
 /* Reads a level: decimal digits only (no sign, no spaces), within [low,
  * high]. The reason names the whole text and the part that was wrong. */
-static int zm__parse_level(const char *text, const char *part, size_t part_length,
-                           const char *what, int low, int high, int *level, zm_err *err)
+static int zm__parse_level(const char *text, const char *part, size_t part_length, const char *what,
+                           int low, int high, int *level, zm_err *err)
 {
     int value = 0;
     if (part_length == 0)
-        return zm_err_set(err, -EINVAL, "codec \"%.100s\": %s level is empty (use %d to %d)",
-                          text, what, low, high);
+        return zm_err_set(err, -EINVAL, "codec \"%.100s\": %s level is empty (use %d to %d)", text,
+                          what, low, high);
     for (size_t i = 0; i < part_length; i++) {
         if (part[i] < '0' || part[i] > '9')
-            return zm_err_set(err, -EINVAL,
-                              "codec \"%.100s\": %s level %.*s is not a number (use %d to %d)",
-                              text, what, (int)(part_length > 32 ? 32 : part_length), part, low,
-                              high);
+            return zm_err_set(
+                err, -EINVAL, "codec \"%.100s\": %s level %.*s is not a number (use %d to %d)",
+                text, what, (int)(part_length > 32 ? 32 : part_length), part, low, high);
         /* Stop growing once past any range we accept, so long digit runs
          * cannot overflow; the range check below refuses them. */
         if (value <= high)
@@ -87,8 +86,8 @@ int zm_codec_parse(const char *text, zm_codec *codec, zm_err *err)
         const char *colon = strchr(start, ':');
         size_t n = colon ? (size_t)(colon - start) : strlen(start);
         if (count == 3)
-            return zm_err_set(err, -EINVAL, "codec \"%.100s\": too many parts (use " ZM__CODEC_SYNTAX ")",
-                              text);
+            return zm_err_set(err, -EINVAL,
+                              "codec \"%.100s\": too many parts (use " ZM__CODEC_SYNTAX ")", text);
         parts[count] = start;
         lengths[count] = n;
         count++;
@@ -126,10 +125,11 @@ int zm_codec_parse(const char *text, zm_codec *codec, zm_err *err)
                 name[lengths[1]] = '\0';
             }
             if (!zm__blosc_name_known(name))
-                return zm_err_set(err, -EINVAL,
-                                  "codec \"%.100s\": unknown blosc compressor %.*s (use "
-                                  ZM__BLOSC_NAMES_TEXT ")",
-                                  text, (int)(lengths[1] > 32 ? 32 : lengths[1]), parts[1]);
+                return zm_err_set(
+                    err, -EINVAL,
+                    "codec \"%.100s\": unknown blosc compressor %.*s (use " ZM__BLOSC_NAMES_TEXT
+                    ")",
+                    text, (int)(lengths[1] > 32 ? 32 : lengths[1]), parts[1]);
             strcpy(result.blosc_cname, name);
             /* blosc:zstd means the default codec; the other compressors
              * start from numcodecs' Blosc default level. */
@@ -142,8 +142,9 @@ int zm_codec_parse(const char *text, zm_codec *codec, zm_err *err)
                 return rc;
         }
     } else {
-        return zm_err_set(err, -EINVAL, "codec \"%.100s\": unknown codec %.*s (use " ZM__CODEC_SYNTAX ")",
-                          text, (int)(lengths[0] > 32 ? 32 : lengths[0]), parts[0]);
+        return zm_err_set(err, -EINVAL,
+                          "codec \"%.100s\": unknown codec %.*s (use " ZM__CODEC_SYNTAX ")", text,
+                          (int)(lengths[0] > 32 ? 32 : lengths[0]), parts[0]);
     }
     *codec = result;
     return 0;
@@ -271,7 +272,8 @@ static int zm__encode_blosc(const zm_codec *codec, size_t typesize, const void *
                                capacity, codec->blosc_cname, 0, 1);
     if (n <= 0) {
         free(buffer);
-        return zm_err_set(err, -EIO, "blosc-%s: compression failed (blosc_compress_ctx returned %d)",
+        return zm_err_set(err, -EIO,
+                          "blosc-%s: compression failed (blosc_compress_ctx returned %d)",
                           codec->blosc_cname, n);
     }
     *out = zm__shrink(buffer, (size_t)n);
@@ -347,7 +349,8 @@ static int zm__decode_blosc(const uint8_t *in, size_t size, uint8_t **out, size_
     int n = nbytes == 0 ? 0 : blosc_decompress_ctx(in, buffer, nbytes, 1);
     if (n < 0 || (size_t)n != nbytes) {
         free(buffer);
-        return zm_err_set(err, -EIO, "blosc: chunk corrupt (blosc_decompress_ctx returned %d for %zu bytes)",
+        return zm_err_set(err, -EIO,
+                          "blosc: chunk corrupt (blosc_decompress_ctx returned %d for %zu bytes)",
                           n, nbytes);
     }
     *out = buffer;

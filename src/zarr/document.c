@@ -332,9 +332,29 @@ static json_t *zm__integer_list(unsigned count, const uint64_t *values)
     return list;
 }
 
-static json_t *zm__fill_value(zm_fill fill)
+/* base64 of n zero bytes: zarr's fill value of a structured dtype. */
+static json_t *zm__zero_base64(size_t n)
+{
+    size_t length = (n + 2) / 3 * 4;
+    char *text = malloc(length + 1);
+    if (text == NULL)
+        return NULL;
+    memset(text, 'A', length);
+    if (n % 3 == 1)
+        text[length - 1] = text[length - 2] = '=';
+    else if (n % 3 == 2)
+        text[length - 1] = '=';
+    text[length] = '\0';
+    json_t *value = json_string(text);
+    free(text);
+    return value;
+}
+
+static json_t *zm__fill_value(zm_fill fill, size_t record_size)
 {
     switch (fill) {
+    case ZM_FILL_ZERO_RECORD:
+        return zm__zero_base64(record_size);
     case ZM_FILL_ZERO_INT:
         return json_integer(0);
     case ZM_FILL_ZERO_FLOAT:
@@ -376,15 +396,18 @@ json_t *zm_zarr_array_document(const zm_zarr_array_meta *meta)
         compressor = zm_codec_config(meta->codec);
     /* json_pack's "o" steals each value, releases them all if it fails,
      * and fails on a NULL one (a part that could not be made). */
-    return json_pack("{s:o, s:o, s:s, s:o, s:o, s:s, s:o, s:i}",
+    /* clang-format off */
+    json_t *dtype = meta->dtype_fields ? json_deep_copy(meta->dtype_fields) : json_string(meta->dtype);
+    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:s, s:o, s:i}",
                      "chunks", zm__integer_list(meta->rank, meta->chunks),
                      "compressor", compressor,
-                     "dtype", meta->dtype,
-                     "fill_value", zm__fill_value(meta->fill),
+                     "dtype", dtype,
+                     "fill_value", zm__fill_value(meta->fill, meta->record_size),
                      "filters", zm__filters(meta->vlen_utf8),
                      "order", "C",
                      "shape", zm__integer_list(meta->rank, meta->shape),
                      "zarr_format", 2);
+    /* clang-format on */
 }
 
 json_t *zm_zarr_group_document(void)

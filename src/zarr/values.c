@@ -133,9 +133,9 @@ int zm_vlen_utf8_encode(size_t count, const uint64_t *offsets, const char *bytes
     size_t total = 4;
     for (size_t i = 0; i < count; i++) {
         if (offsets[i + 1] < offsets[i])
-            return zm_err_set(err, -EINVAL, "vlen-utf8: item %zu ends (%llu) before it starts (%llu)",
-                              i, (unsigned long long)offsets[i + 1],
-                              (unsigned long long)offsets[i]);
+            return zm_err_set(err, -EINVAL,
+                              "vlen-utf8: item %zu ends (%llu) before it starts (%llu)", i,
+                              (unsigned long long)offsets[i + 1], (unsigned long long)offsets[i]);
         uint64_t length = offsets[i + 1] - offsets[i];
         if (length > INT_MAX)
             return zm_err_set(err, -EINVAL,

@@ -172,6 +172,14 @@ def _arrays(a, b, where):
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape:
         raise Differ(f"{where}: shape {a.shape} vs {b.shape}")
+    if a.dtype.names or b.dtype.names:
+        # Rec-arrays: the same fields and values; a string field may be
+        # fixed- or variable-length depending on how it was stored.
+        if a.dtype.names != b.dtype.names:
+            raise Differ(f"{where}: fields {a.dtype.names} vs {b.dtype.names}")
+        for name in a.dtype.names:
+            _arrays(a[name], b[name], f"{where}.{name}")
+        return
     if a.dtype.kind in "OSU" or b.dtype.kind in "OSU":
         if [str(x) for x in a.ravel()] != [str(x) for x in b.ravel()]:
             raise Differ(f"{where}: strings differ")
@@ -224,6 +232,12 @@ def _frames(a, b, where):
 
 
 def same(a, b, where="/"):
+    if isinstance(a, pd.api.extensions.ExtensionArray) or isinstance(b, pd.api.extensions.ExtensionArray):
+        # Nullable arrays: equal values and the same missing ones.
+        if str(getattr(a, "dtype", "")) != str(getattr(b, "dtype", "")) or \
+                not pd.Series(a).equals(pd.Series(b)):
+            raise Differ(f"{where}: {a!r} vs {b!r}")
+        return
     if sp.issparse(a) or sp.issparse(b):
         if not (sp.issparse(a) and sp.issparse(b)):
             raise Differ(f"{where}: sparse vs dense")

@@ -1,0 +1,1056 @@
+/* The FUSE daemon: kernel requests (libfuse's low-level API) answered from
+ * the tree (fs/tree.h), by path. Everything served is immutable for the
+ * life of a mount, so the kernel is told to cache names, attributes,
+ * missing names, directory listings and file pages for a day, and every
+ * call that would change something answers EROFS. */
+#define FUSE_USE_VERSION 312
+
+#include "zarrmount/fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <fuse_lowlevel.h>
+
+#include "fs/daemon.h"
+#include "fs/inodes.h"
+#include "fs/log.h"
+#include "fs/options.h"
+#include "fs/tree.h"
+
+#ifndef ZM_VERSION
+#define ZM_VERSION "unknown"
+#endif
+
+#define ZM__EXIT_OK 0
+#define ZM__EXIT_FAILURE 1
+#define ZM__EXIT_REFUSED 2
+
+/* Nothing in a mount ever changes (a changed source makes open() fail with
+ * EIO instead), so the kernel may keep what it learnt for a day. */
+#define ZM__CACHE_SECONDS 86400.0
+/* st_blksize, the I/O size stdio and cp use: one default readahead. */
+#define ZM__BLOCK_SIZE 131072
+/* Worker threads of the session loop: requests block while a chunk is
+ * synthesized, so allow many; keep 10 idle ones around between bursts. */
+#define ZM__LOOP_THREADS 64
+#define ZM__LOOP_IDLE_THREADS 10
+/* Reads and readaheads the kernel keeps in flight at once (libfuse's
+ * default is 12): parallel reads are how chunks get made in parallel. */
+#define ZM__MAX_BACKGROUND 64
+
+/* Every open file and directory is on one list, so that those the kernel
+ * never releases (the connection ends while they are open: SIGTERM during
+ * reads) are freed when the session is over. */
+typedef struct zm__handle {
+    struct zm__handle *previous;
+    struct zm__handle *next;
+    int is_directory;
+} zm__handle;
+
+typedef struct zm__fs {
+    zm__fs_config config;
+    zm_tree *tree;
+    zm__inodes *inodes;
+    mode_t file_mode;      /* permission bits of files */
+    mode_t directory_mode; /* and of directories */
+    pthread_mutex_t handles_lock;
+    zm__handle handles;    /* the list's head */
+} zm__fs;
+
+/* An open file: its path, so that reads go to the tree without the table. */
+typedef struct zm__file {
+    zm__handle handle;
+    char path[];
+} zm__file;
+
+/* An open directory: its listing, taken once at opendir so that readdir's
+ * offsets index a fixed list (the tree lists in a stable order anyway). */
+typedef struct zm__dir_entry {
+    char *name;
+    zm_node node;
+} zm__dir_entry;
+
+typedef struct zm__dir {
+    zm__handle handle;
+    char *path;
+    uint64_t inode;
+    uint64_t parent_inode;
+    zm__dir_entry *entries;
+    size_t count;
+    size_t capacity;
+} zm__dir;
+
+/* ---- Helpers ------------------------------------------------------------------ */
+
+static zm__fs *zm__fs_of(fuse_req_t req)
+{
+    return fuse_req_userdata(req);
+}
+
+static void zm__trace(fuse_req_t req, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void zm__trace(fuse_req_t req, const char *fmt, ...)
+{
+    char line[ZM_REASON_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    zm__log(LOG_DEBUG, "pid %d: %s", (int)fuse_req_ctx(req)->pid, line);
+}
+
+/* -d logs every request; the arguments are not even formatted otherwise. */
+#define ZM__TRACE(fs, req, ...)                                                                    \
+    do {                                                                                           \
+        if ((fs)->config.debug)                                                                    \
+            zm__trace((req), __VA_ARGS__);                                                         \
+    } while (0)
+
+static const char *zm__shown(const char *path)
+{
+    return path[0] ? path : "/";
+}
+
+/* Answers a failed request: the errno to the caller, the reason to the log
+ * once per reason. A missing name is an answer, not a failure, so ENOENT
+ * is only traced. */
+static void zm__reply_failure(zm__fs *fs, fuse_req_t req, const char *operation, const char *path,
+                              int rc, const zm_err *err)
+{
+    int code = rc < 0 ? -rc : EIO;
+    if (code != ENOENT) {
+        char what[ZM_REASON_MAX];
+        snprintf(what, sizeof what, "%s %s", operation, zm__shown(path));
+        if (!zm__log_failure(what, -code, err))
+            ZM__TRACE(fs, req, "%s: %s", what, strerror(code));
+    } else {
+        ZM__TRACE(fs, req, "%s %s: %s", operation, zm__shown(path), strerror(code));
+    }
+    fuse_reply_err(req, code);
+}
+
+/* "directory/name", or "name" in the root; malloc'd. */
+static char *zm__join(const char *directory, const char *name)
+{
+    size_t directory_length = strlen(directory);
+    size_t name_length = strlen(name);
+    char *path = malloc(directory_length + name_length + 2);
+    if (path == NULL)
+        return NULL;
+    if (directory_length == 0) {
+        memcpy(path, name, name_length + 1);
+        return path;
+    }
+    memcpy(path, directory, directory_length);
+    path[directory_length] = '/';
+    memcpy(path + directory_length + 1, name, name_length + 1);
+    return path;
+}
+
+static mode_t zm__type_bits(zm_node_kind kind)
+{
+    switch (kind) {
+    case ZM_NODE_DIRECTORY: return S_IFDIR;
+    case ZM_NODE_LINK: return S_IFLNK;
+    case ZM_NODE_FILE: break;
+    }
+    return S_IFREG;
+}
+
+static const char *zm__kind_name(zm_node_kind kind)
+{
+    switch (kind) {
+    case ZM_NODE_DIRECTORY: return "directory";
+    case ZM_NODE_LINK: return "link";
+    case ZM_NODE_FILE: break;
+    }
+    return "file";
+}
+
+static void zm__fill_stat(const zm__fs *fs, uint64_t inode, const zm_node *node, struct stat *st)
+{
+    const struct stat *source = &fs->config.source_stat;
+    memset(st, 0, sizeof *st);
+    st->st_ino = inode;
+    st->st_uid = source->st_uid;
+    st->st_gid = source->st_gid;
+    st->st_atim = source->st_mtim;
+    st->st_mtim = source->st_mtim;
+    st->st_ctim = source->st_mtim;
+    st->st_blksize = ZM__BLOCK_SIZE;
+    /* Directories say 1 link, the usual "not counted": counting would list
+     * every subdirectory, and 2 would tell find and du's leaf optimization
+     * that a directory has no subdirectories. */
+    st->st_nlink = 1;
+    st->st_mode = zm__type_bits(node->kind);
+    switch (node->kind) {
+    case ZM_NODE_DIRECTORY:
+        st->st_mode |= fs->directory_mode;
+        break;
+    case ZM_NODE_LINK:
+        st->st_mode |= 0777;
+        st->st_size = (off_t)node->size;
+        break;
+    case ZM_NODE_FILE:
+        st->st_mode |= fs->file_mode;
+        st->st_size = (off_t)node->size;
+        st->st_blocks = (blkcnt_t)((node->size + 511) / 512);
+        break;
+    }
+}
+
+static void zm__fill_entry(const zm__fs *fs, uint64_t inode, const zm_node *node,
+                           struct fuse_entry_param *entry)
+{
+    memset(entry, 0, sizeof *entry);
+    entry->ino = inode;
+    entry->generation = 1; /* numbers are never reused for another path while known */
+    entry->attr_timeout = ZM__CACHE_SECONDS;
+    entry->entry_timeout = ZM__CACHE_SECONDS;
+    zm__fill_stat(fs, inode, node, &entry->attr);
+}
+
+static void zm__handle_add(zm__fs *fs, zm__handle *handle)
+{
+    pthread_mutex_lock(&fs->handles_lock);
+    handle->next = fs->handles.next;
+    handle->previous = &fs->handles;
+    fs->handles.next->previous = handle;
+    fs->handles.next = handle;
+    pthread_mutex_unlock(&fs->handles_lock);
+}
+
+static void zm__handle_remove(zm__fs *fs, zm__handle *handle)
+{
+    pthread_mutex_lock(&fs->handles_lock);
+    handle->previous->next = handle->next;
+    handle->next->previous = handle->previous;
+    pthread_mutex_unlock(&fs->handles_lock);
+}
+
+static void zm__dir_free(zm__dir *dir);
+
+/* Frees the handles still open when the session is over. */
+static void zm__handles_free_all(zm__fs *fs)
+{
+    while (fs->handles.next != &fs->handles) {
+        zm__handle *handle = fs->handles.next;
+        zm__handle_remove(fs, handle);
+        if (handle->is_directory)
+            zm__dir_free((zm__dir *)handle);
+        else
+            free(handle);
+    }
+}
+
+/* ---- Startup and names ----------------------------------------------------------- */
+
+static void zm__op_init(void *userdata, struct fuse_conn_info *conn)
+{
+    (void)userdata;
+    /* Reads of one file may be answered out of order: files are independent
+     * of each other and of their own earlier pages. */
+    if (conn->capable & FUSE_CAP_ASYNC_READ)
+        conn->want |= FUSE_CAP_ASYNC_READ;
+    /* Nothing changes, so there is nothing to invalidate. */
+    conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+    if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+        conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+    if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+        conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    if (conn->capable & FUSE_CAP_READDIRPLUS)
+        conn->want |= FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO;
+    /* FUSE_CAP_SPLICE_WRITE is left off: it helps replies that come from a
+     * file descriptor, and ours are synthesized into memory, which libfuse
+     * writes with one writev. */
+    /* Large reads: the kernel caps each at max_pages and at the max_read
+     * mount option, which libfuse insists this value repeats. */
+    conn->max_read = ZM__MAX_READ;
+    conn->max_background = ZM__MAX_BACKGROUND;
+    conn->congestion_threshold = ZM__MAX_BACKGROUND * 3 / 4;
+    conn->time_gran = 1;
+}
+
+/* Remembers path for the kernel and answers with its entry. */
+static void zm__reply_entry(zm__fs *fs, fuse_req_t req, const char *path, const zm_node *node)
+{
+    uint64_t inode;
+    int rc = zm__inodes_remember(fs->inodes, path, node, &inode);
+    if (rc != 0) {
+        zm__reply_failure(fs, req, "lookup", path, rc, NULL);
+        return;
+    }
+    struct fuse_entry_param entry;
+    zm__fill_entry(fs, inode, node, &entry);
+    ZM__TRACE(fs, req, "lookup %s: inode %llu, %s of %llu bytes", path, (unsigned long long)inode,
+              zm__kind_name(node->kind), (unsigned long long)node->size);
+    /* An interrupted request never reached the kernel, which then holds no
+     * lookup to forget. */
+    if (fuse_reply_entry(req, &entry) != 0)
+        zm__inodes_forget(fs->inodes, inode, 1);
+}
+
+static void zm__op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    zm__fs *fs = zm__fs_of(req);
+    char *parent_path;
+    int rc = zm__inodes_get(fs->inodes, parent, &parent_path, NULL);
+    if (rc != 0) {
+        zm__reply_failure(fs, req, "lookup", name, rc, NULL);
+        return;
+    }
+    char *path = zm__join(parent_path, name);
+    free(parent_path);
+    if (path == NULL) {
+        zm__reply_failure(fs, req, "lookup", name, -ENOMEM, NULL);
+        return;
+    }
+    zm_err err;
+    zm_err_clear(&err);
+    zm_node node;
+    rc = zm__tree_lookup(fs->tree, path, &node, &err);
+    if (rc == -ENOENT) {
+        /* A missing name stays missing: the kernel may remember that too
+         * (readers probe for .zarray, .zgroup and .zattrs everywhere). */
+        struct fuse_entry_param missing = {.ino = 0, .entry_timeout = ZM__CACHE_SECONDS};
+        ZM__TRACE(fs, req, "lookup %s: missing", path);
+        fuse_reply_entry(req, &missing);
+    } else if (rc != 0) {
+        zm__reply_failure(fs, req, "lookup", path, rc, &err);
+    } else {
+        zm__reply_entry(fs, req, path, &node);
+    }
+    free(path);
+}
+
+static void zm__op_forget(fuse_req_t req, fuse_ino_t inode, uint64_t count)
+{
+    zm__inodes_forget(zm__fs_of(req)->inodes, inode, count);
+    fuse_reply_none(req);
+}
+
+static void zm__op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+    zm__fs *fs = zm__fs_of(req);
+    for (size_t i = 0; i < count; i++)
+        zm__inodes_forget(fs->inodes, forgets[i].ino, forgets[i].nlookup);
+    fuse_reply_none(req);
+}
+
+static void zm__op_getattr(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info *fi)
+{
+    (void)fi;
+    zm__fs *fs = zm__fs_of(req);
+    zm_node node;
+    int rc = zm__inodes_get(fs->inodes, inode, NULL, &node);
+    if (rc != 0) {
+        zm__reply_failure(fs, req, "getattr", "(unknown inode)", rc, NULL);
+        return;
+    }
+    /* The node came from the lookup that made the inode; it cannot have
+     * changed since. */
+    struct stat st;
+    zm__fill_stat(fs, inode, &node, &st);
+    ZM__TRACE(fs, req, "getattr inode %llu", (unsigned long long)inode);
+    fuse_reply_attr(req, &st, ZM__CACHE_SECONDS);
+}
+
+static void zm__op_readlink(fuse_req_t req, fuse_ino_t inode)
+{
+    zm__fs *fs = zm__fs_of(req);
+    char *path;
+    int rc = zm__inodes_get(fs->inodes, inode, &path, NULL);
+    if (rc != 0) {
+        zm__reply_failure(fs, req, "readlink", "(unknown inode)", rc, NULL);
+        return;
+    }
+    char target[PATH_MAX];
+    zm_err err;
+    zm_err_clear(&err);
+    rc = zm__tree_readlink(fs->tree, path, target, sizeof target, &err);
+    if (rc != 0) {
+        zm__reply_failure(fs, req, "readlink", path, rc, &err);
+    } else {
+        target[sizeof target - 1] = '\0';
+        ZM__TRACE(fs, req, "readlink %s: %s", path, target);
+        fuse_reply_readlink(req, target);
+    }
+    free(path);
+}
+
+static void zm__op_access(fuse_req_t req, fuse_ino_t inode, int mask)
+{
+    zm__fs *fs = zm__fs_of(req);
+    zm_node node;
+    int rc = zm__inodes_get(fs->inodes, inode, NULL, &node);
+    if (rc != 0) {
+        zm__reply_failure(fs, req, "access", "(unknown inode)", rc, NULL);
+        return;
+    }
+    /* Only asked without default_permissions, that is without allow_other,
+     * when the mounting user alone can get here. */
+    int code = (mask & W_OK) ? EROFS : ((mask & X_OK) && node.kind == ZM_NODE_FILE) ? EACCES : 0;
+    ZM__TRACE(fs, req, "access inode %llu mask %d: %s", (unsigned long long)inode, mask, strerror(code));
+    fuse_reply_err(req, code);
+}
+
+static void zm__op_statfs(fuse_req_t req, fuse_ino_t inode)
+{
+    (void)inode;
+    zm__fs *fs = zm__fs_of(req);
+    /* No space, used or free: files exist only while they are read. */
+    struct statvfs st;
+    memset(&st, 0, sizeof st);
+    st.f_bsize = ZM__BLOCK_SIZE;
+    st.f_frsize = ZM__BLOCK_SIZE;
+    st.f_namemax = NAME_MAX;
+    st.f_files = zm__inodes_count(fs->inodes);
+    st.f_flag = ST_RDONLY;
+    ZM__TRACE(fs, req, "statfs");
+    fuse_reply_statfs(req, &st);
+}
+
+/* ---- Files ------------------------------------------------------------------------ */
+
+static zm__file *zm__file_new(const char *path)
+{
+    size_t size = strlen(path) + 1;
+    zm__file *file = malloc(sizeof *file + size);
+    if (file == NULL)
+        return NULL;
+    file->handle.is_directory = 0;
+    memcpy(file->path, path, size);
+    return file;
+}
+
+static void zm__op_open(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info *fi)
+{
+    zm__fs *fs = zm__fs_of(req);
+    if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+        ZM__TRACE(fs, req, "open inode %llu for writing: read-only", (unsigned long long)inode);
+        fuse_reply_err(req, EROFS);
+        return;
+    }
+    char *path;
+    zm_node node;
+    int rc = zm__inodes_get(fs->inodes, inode, &path, &node);
+    if (rc != 0) {
+        zm__reply_failure(fs, req, "open", "(unknown inode)", rc, NULL);
+        return;
+    }
+    zm_err err;
+    zm_err_clear(&err);
+    rc = node.kind == ZM_NODE_DIRECTORY ? zm_err_set(&err, -EISDIR, "a directory")
+                                        : zm__tree_check_source(fs->tree, &err);
+    zm__file *file = rc == 0 ? zm__file_new(path) : NULL;
+    if (rc == 0 && file == NULL)
+        rc = -ENOMEM;
+    if (rc != 0) {
+        zm__reply_failure(fs, req, "open", path, rc, &err);
+        free(path);
+        return;
+    }
+    free(path);
+    zm__handle_add(fs, &file->handle);
+    fi->fh = (uint64_t)(uintptr_t)file;
+    fi->keep_cache = 1; /* the pages of an earlier open are still right */
+    fi->direct_io = 0;  /* the page cache does readahead and keeps results */
+    fi->noflush = 1;    /* close has nothing to flush */
+    ZM__TRACE(fs, req, "open %s", file->path);
+    if (fuse_reply_open(req, fi) != 0) {
+        zm__handle_remove(fs, &file->handle);
+        free(file);
+    }
+}
+
+static void zm__op_read(fuse_req_t req, fuse_ino_t inode, size_t size, off_t offset,
+                        struct fuse_file_info *fi)
+{
+    (void)inode;
+    zm__fs *fs = zm__fs_of(req);
+    const char *path = ((const zm__file *)(uintptr_t)fi->fh)->path;
+    if (offset < 0) {
+        zm__reply_failure(fs, req, "read", path, -EINVAL, NULL);
+        return;
+    }
+    /* Up to ZM__MAX_READ bytes; after the first, glibc serves blocks this
+     * size from its heap rather than mapping and unmapping each one. */
+    char *buffer = malloc(size > 0 ? size : 1);
+    if (buffer == NULL) {
+        zm__reply_failure(fs, req, "read", path, -ENOMEM, NULL);
+        return;
+    }
+    size_t done = 0;
+    zm_err err;
+    zm_err_clear(&err);
+    int rc = zm__tree_read(fs->tree, path, (uint64_t)offset, size, buffer, &done, &err);
+    if (rc != 0) {
+        zm__reply_failure(fs, req, "read", path, rc, &err);
+    } else {
+        done = done < size ? done : size;
+        ZM__TRACE(fs, req, "read %s at %lld, %zu bytes: %zu", path, (long long)offset, size, done);
+        fuse_reply_buf(req, buffer, done);
+    }
+    free(buffer);
+}
+
+static void zm__op_release(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info *fi)
+{
+    (void)inode;
+    zm__fs *fs = zm__fs_of(req);
+    zm__file *file = (zm__file *)(uintptr_t)fi->fh;
+    ZM__TRACE(fs, req, "release %s", file->path);
+    zm__handle_remove(fs, &file->handle);
+    free(file);
+    fuse_reply_err(req, 0);
+}
+
+/* ---- Directories ------------------------------------------------------------------ */
+
+static void zm__dir_free(zm__dir *dir)
+{
+    if (dir == NULL)
+        return;
+    for (size_t i = 0; i < dir->count; i++)
+        free(dir->entries[i].name);
+    free(dir->entries);
+    free(dir->path);
+    free(dir);
+}
+
+static int zm__collect(void *context, const char *name, const zm_node *node)
+{
+    zm__dir *dir = context;
+    if (dir->count == dir->capacity) {
+        size_t capacity = dir->capacity ? dir->capacity * 2 : 16;
+        zm__dir_entry *entries = realloc(dir->entries, capacity * sizeof *entries);
+        if (entries == NULL)
+            return -ENOMEM;
+        dir->entries = entries;
+        dir->capacity = capacity;
+    }
+    char *copy = strdup(name);
+    if (copy == NULL)
+        return -ENOMEM;
+    dir->entries[dir->count].name = copy;
+    dir->entries[dir->count].node = *node;
+    dir->count++;
+    return 0;
+}
+
+/* The number of path's parent, for "..": the root is its own parent. */
+static uint64_t zm__parent_inode(zm__fs *fs, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        return ZM__ROOT_INODE;
+    size_t length = (size_t)(slash - path);
+    char *parent = strndup(path, length);
+    uint64_t inode = parent ? zm__inodes_number(fs->inodes, parent) : 0;
+    free(parent);
+    return inode;
+}
+
+static void zm__op_opendir(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info *fi)
+{
+    zm__fs *fs = zm__fs_of(req);
+    zm__dir *dir = calloc(1, sizeof *dir);
+    zm_node node;
+    int rc = dir ? zm__inodes_get(fs->inodes, inode, &dir->path, &node) : -ENOMEM;
+    if (rc == 0 && node.kind != ZM_NODE_DIRECTORY)
+        rc = -ENOTDIR;
+    if (rc != 0) {
+        zm__reply_failure(fs, req, "opendir", dir && dir->path ? dir->path : "(unknown inode)", rc, NULL);
+        zm__dir_free(dir);
+        return;
+    }
+    dir->inode = inode;
+    dir->parent_inode = zm__parent_inode(fs, dir->path);
+    zm_err err;
+    zm_err_clear(&err);
+    rc = zm__tree_list(fs->tree, dir->path, zm__collect, dir, &err);
+    if (rc != 0) {
+        zm__reply_failure(fs, req, "list", dir->path, rc, &err);
+        zm__dir_free(dir);
+        return;
+    }
+    dir->handle.is_directory = 1;
+    zm__handle_add(fs, &dir->handle);
+    fi->fh = (uint64_t)(uintptr_t)dir;
+    fi->cache_readdir = 1; /* listings never change: the kernel may keep them */
+    fi->keep_cache = 1;    /* and keep them across opens */
+    ZM__TRACE(fs, req, "opendir %s: %zu entries", zm__shown(dir->path), dir->count);
+    if (fuse_reply_open(req, fi) != 0) {
+        zm__handle_remove(fs, &dir->handle);
+        zm__dir_free(dir);
+    }
+}
+
+/* Adds entry number `at` of dir (0 ".", 1 "..", then the listing) to buffer
+ * if it fits in space: *used gets its size, 0 when it does not fit. With
+ * plus, the entry carries attributes and counts as a lookup of its inode,
+ * given in *looked_up (0 for "." and "..", which the kernel does not
+ * count). -ENOMEM. */
+static int zm__add_entry(zm__fs *fs, fuse_req_t req, const zm__dir *dir, size_t at, char *buffer,
+                         size_t space, int plus, size_t *used, uint64_t *looked_up)
+{
+    *used = 0;
+    *looked_up = 0;
+    const zm_node dot_node = {.kind = ZM_NODE_DIRECTORY, .size = 0};
+    const char *name = at == 0 ? "." : "..";
+    const zm_node *node = &dot_node;
+    uint64_t inode = at == 0 ? dir->inode : dir->parent_inode;
+    char *path = NULL;
+    if (at >= 2) {
+        name = dir->entries[at - 2].name;
+        node = &dir->entries[at - 2].node;
+        if ((path = zm__join(dir->path, name)) == NULL)
+            return -ENOMEM;
+        inode = zm__inodes_number(fs->inodes, path);
+    }
+    off_t next = (off_t)at + 1;
+    int rc = 0;
+    if (!plus) {
+        struct stat st = {.st_ino = inode, .st_mode = zm__type_bits(node->kind)};
+        size_t need = fuse_add_direntry(req, buffer, space, name, &st, next);
+        *used = need <= space ? need : 0;
+    } else if (fuse_add_direntry_plus(req, NULL, 0, name, NULL, next) <= space) {
+        struct fuse_entry_param entry;
+        memset(&entry, 0, sizeof entry);
+        entry.attr.st_ino = inode;
+        entry.attr.st_mode = S_IFDIR;
+        if (path && (rc = zm__inodes_remember(fs->inodes, path, node, &inode)) == 0) {
+            zm__fill_entry(fs, inode, node, &entry);
+            *looked_up = inode;
+        }
+        if (rc == 0)
+            *used = fuse_add_direntry_plus(req, buffer, space, name, &entry, next);
+    }
+    free(path);
+    return rc;
+}
+
+static void zm__readdir(fuse_req_t req, size_t size, off_t offset, struct fuse_file_info *fi, int plus)
+{
+    zm__fs *fs = zm__fs_of(req);
+    zm__dir *dir = (zm__dir *)(uintptr_t)fi->fh;
+    char *buffer = malloc(size > 0 ? size : 1);
+    /* The lookups this reply carries, to take back if it never arrives. */
+    uint64_t *looked_up = calloc(size / 24 + 1, sizeof *looked_up);
+    size_t used = 0;
+    size_t count = 0;
+    int rc = buffer && looked_up ? 0 : -ENOMEM;
+    for (size_t at = offset > 0 ? (size_t)offset : 0; rc == 0 && at < dir->count + 2; at++) {
+        size_t added;
+        rc = zm__add_entry(fs, req, dir, at, buffer + used, size - used, plus, &added, &looked_up[count]);
+        if (rc != 0 || added == 0)
+            break;
+        used += added;
+        count += looked_up[count] != 0;
+    }
+    if (rc != 0 && used == 0) {
+        zm__reply_failure(fs, req, plus ? "readdirplus" : "readdir", dir->path, rc, NULL);
+    } else {
+        ZM__TRACE(fs, req, "%s %s from %lld: %zu bytes", plus ? "readdirplus" : "readdir",
+                  zm__shown(dir->path), (long long)offset, used);
+        if (fuse_reply_buf(req, buffer, used) != 0)
+            for (size_t i = 0; i < count; i++)
+                zm__inodes_forget(fs->inodes, looked_up[i], 1);
+    }
+    free(looked_up);
+    free(buffer);
+}
+
+static void zm__op_readdir(fuse_req_t req, fuse_ino_t inode, size_t size, off_t offset,
+                           struct fuse_file_info *fi)
+{
+    (void)inode;
+    zm__readdir(req, size, offset, fi, 0);
+}
+
+static void zm__op_readdirplus(fuse_req_t req, fuse_ino_t inode, size_t size, off_t offset,
+                               struct fuse_file_info *fi)
+{
+    (void)inode;
+    zm__readdir(req, size, offset, fi, 1);
+}
+
+static void zm__op_releasedir(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info *fi)
+{
+    (void)inode;
+    zm__fs *fs = zm__fs_of(req);
+    zm__dir *dir = (zm__dir *)(uintptr_t)fi->fh;
+    zm__handle_remove(fs, &dir->handle);
+    zm__dir_free(dir);
+    fuse_reply_err(req, 0);
+}
+
+/* ---- Extended attributes: none ------------------------------------------------------ */
+
+static void zm__op_getxattr(fuse_req_t req, fuse_ino_t inode, const char *name, size_t size)
+{
+    (void)inode;
+    (void)size;
+    ZM__TRACE(zm__fs_of(req), req, "getxattr %s: none", name);
+    fuse_reply_err(req, ENODATA);
+}
+
+static void zm__op_listxattr(fuse_req_t req, fuse_ino_t inode, size_t size)
+{
+    (void)inode;
+    ZM__TRACE(zm__fs_of(req), req, "listxattr: none");
+    if (size == 0)
+        fuse_reply_xattr(req, 0);
+    else
+        fuse_reply_buf(req, NULL, 0);
+}
+
+/* ---- Everything that would change something: EROFS ----------------------------------
+ * The mount is read-only, so the kernel refuses these itself; the handlers
+ * answer anyway should a request get through (mount -o remount,rw). */
+
+static void zm__refuse(fuse_req_t req, const char *operation)
+{
+    ZM__TRACE(zm__fs_of(req), req, "%s: read-only file system", operation);
+    fuse_reply_err(req, EROFS);
+}
+
+static void zm__op_setattr(fuse_req_t req, fuse_ino_t inode, struct stat *attr, int to_set,
+                           struct fuse_file_info *fi)
+{
+    (void)inode, (void)attr, (void)to_set, (void)fi;
+    zm__refuse(req, "setattr");
+}
+
+static void zm__op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+    (void)parent, (void)name, (void)mode, (void)rdev;
+    zm__refuse(req, "mknod");
+}
+
+static void zm__op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+    (void)parent, (void)name, (void)mode;
+    zm__refuse(req, "mkdir");
+}
+
+static void zm__op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    (void)parent, (void)name;
+    zm__refuse(req, "unlink");
+}
+
+static void zm__op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    (void)parent, (void)name;
+    zm__refuse(req, "rmdir");
+}
+
+static void zm__op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+    (void)link, (void)parent, (void)name;
+    zm__refuse(req, "symlink");
+}
+
+static void zm__op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t new_parent,
+                          const char *new_name, unsigned int flags)
+{
+    (void)parent, (void)name, (void)new_parent, (void)new_name, (void)flags;
+    zm__refuse(req, "rename");
+}
+
+static void zm__op_link(fuse_req_t req, fuse_ino_t inode, fuse_ino_t new_parent, const char *new_name)
+{
+    (void)inode, (void)new_parent, (void)new_name;
+    zm__refuse(req, "link");
+}
+
+static void zm__op_write(fuse_req_t req, fuse_ino_t inode, const char *buffer, size_t size, off_t offset,
+                         struct fuse_file_info *fi)
+{
+    (void)inode, (void)buffer, (void)size, (void)offset, (void)fi;
+    zm__refuse(req, "write");
+}
+
+static void zm__op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                          struct fuse_file_info *fi)
+{
+    (void)parent, (void)name, (void)mode, (void)fi;
+    zm__refuse(req, "create");
+}
+
+static void zm__op_setxattr(fuse_req_t req, fuse_ino_t inode, const char *name, const char *value,
+                            size_t size, int flags)
+{
+    (void)inode, (void)name, (void)value, (void)size, (void)flags;
+    zm__refuse(req, "setxattr");
+}
+
+static void zm__op_removexattr(fuse_req_t req, fuse_ino_t inode, const char *name)
+{
+    (void)inode, (void)name;
+    zm__refuse(req, "removexattr");
+}
+
+static void zm__op_fallocate(fuse_req_t req, fuse_ino_t inode, int mode, off_t offset, off_t length,
+                             struct fuse_file_info *fi)
+{
+    (void)inode, (void)mode, (void)offset, (void)length, (void)fi;
+    zm__refuse(req, "fallocate");
+}
+
+static void zm__op_copy_file_range(fuse_req_t req, fuse_ino_t inode_in, off_t offset_in,
+                                   struct fuse_file_info *fi_in, fuse_ino_t inode_out, off_t offset_out,
+                                   struct fuse_file_info *fi_out, size_t length, int flags)
+{
+    (void)inode_in, (void)offset_in, (void)fi_in, (void)inode_out, (void)offset_out, (void)fi_out,
+        (void)length, (void)flags;
+    zm__refuse(req, "copy_file_range");
+}
+
+static const struct fuse_lowlevel_ops zm__operations = {
+    .init = zm__op_init,
+    .lookup = zm__op_lookup,
+    .forget = zm__op_forget,
+    .forget_multi = zm__op_forget_multi,
+    .getattr = zm__op_getattr,
+    .readlink = zm__op_readlink,
+    .access = zm__op_access,
+    .statfs = zm__op_statfs,
+    .open = zm__op_open,
+    .read = zm__op_read,
+    .release = zm__op_release,
+    .opendir = zm__op_opendir,
+    .readdir = zm__op_readdir,
+    .readdirplus = zm__op_readdirplus,
+    .releasedir = zm__op_releasedir,
+    .getxattr = zm__op_getxattr,
+    .listxattr = zm__op_listxattr,
+    .setattr = zm__op_setattr,
+    .mknod = zm__op_mknod,
+    .mkdir = zm__op_mkdir,
+    .unlink = zm__op_unlink,
+    .rmdir = zm__op_rmdir,
+    .symlink = zm__op_symlink,
+    .rename = zm__op_rename,
+    .link = zm__op_link,
+    .write = zm__op_write,
+    .create = zm__op_create,
+    .setxattr = zm__op_setxattr,
+    .removexattr = zm__op_removexattr,
+    .fallocate = zm__op_fallocate,
+    .copy_file_range = zm__op_copy_file_range,
+};
+
+/* ---- The mount's life ------------------------------------------------------------- */
+
+static void zm__choose_modes(zm__fs *fs)
+{
+    if (!fs->config.allow_other) {
+        /* Only the mounting user can enter the mount at all. */
+        fs->file_mode = 0444;
+        fs->directory_mode = 0555;
+        return;
+    }
+    /* Everyone can enter: the source's read bits decide who reads, with
+     * search bits on directories wherever reading is allowed. */
+    mode_t read_bits = fs->config.source_stat.st_mode & 0444;
+    fs->file_mode = read_bits;
+    fs->directory_mode = read_bits | (read_bits >> 2);
+}
+
+/* Opens the tree with the stop signals blocked, so that threads it starts
+ * (the source's decode pool) inherit the mask: libfuse's loop wakes only
+ * when a stop signal lands on the thread that waits in it. */
+static int zm__open_tree(zm__fs *fs, zm_err *err)
+{
+    const zm__fs_config *config = &fs->config;
+    zm_tree_options options = {
+        .source = config->source,
+        .codec = config->codec,
+        .chunk_bytes = config->chunk_bytes,
+        .cache_bytes = config->cache_bytes,
+        .threads = config->threads,
+    };
+    sigset_t stop_signals, previous;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGHUP);
+    sigaddset(&stop_signals, SIGQUIT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
+    int rc = zm__tree_open(&options, &fs->tree, err);
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    if (rc != 0 && err->reason[0] == '\0')
+        zm_err_set(err, rc, "%s: %s", config->source, strerror(-rc));
+    return rc;
+}
+
+/* Runs the multi-threaded loop until unmounted (0), stopped by a signal
+ * (the signal number) or failed (-errno). */
+static int zm__run_loop(struct fuse_session *session)
+{
+    struct fuse_loop_config *loop = fuse_loop_cfg_create();
+    if (loop == NULL)
+        return -ENOMEM;
+    fuse_loop_cfg_set_clone_fd(loop, 1); /* a device descriptor per worker */
+    fuse_loop_cfg_set_idle_threads(loop, ZM__LOOP_IDLE_THREADS);
+    fuse_loop_cfg_set_max_threads(loop, ZM__LOOP_THREADS);
+    int rc = fuse_session_loop_mt(session, loop);
+    fuse_loop_cfg_destroy(loop);
+    return rc;
+}
+
+static const char *zm__fuse_reason(const char *fallback)
+{
+    const char *captured = zm__log_captured();
+    return captured[0] ? captured : fallback;
+}
+
+/* From the session to the unmount. report is the daemon's line to its
+ * waiting parent (-1 in the foreground). Returns the exit status. */
+static int zm__serve(zm__fs *fs, int report)
+{
+    zm__fs_config *config = &fs->config;
+    int status = ZM__EXIT_REFUSED;
+    int handlers = 0;
+    int mounted = 0;
+    zm_err err;
+    zm_err_clear(&err);
+
+    /* libfuse says why it fails in its own messages: keep them, and say it
+     * in one line of ours. */
+    zm__log_capture_fuse(1);
+    /* The session first: it checks the FUSE mount options, before the
+     * source is opened (which may take a while). */
+    struct fuse_session *session =
+        fuse_session_new(&config->fuse_args, &zm__operations, sizeof zm__operations, fs);
+    if (session == NULL) {
+        zm__log(LOG_ERR, "%s", zm__fuse_reason("cannot start a FUSE session"));
+        goto done;
+    }
+    int rc = zm__inodes_create(&fs->inodes);
+    if (rc == 0)
+        rc = zm__open_tree(fs, &err);
+    if (rc != 0) {
+        zm__log(LOG_ERR, "%s", rc == -ENOMEM && err.reason[0] == '\0' ? "out of memory" : err.reason);
+        status = rc == -ENOMEM ? ZM__EXIT_FAILURE : ZM__EXIT_REFUSED;
+        goto done;
+    }
+    status = ZM__EXIT_FAILURE;
+    if (fuse_set_signal_handlers(session) != 0) {
+        zm__log(LOG_ERR, "%s", zm__fuse_reason("cannot install the signal handlers"));
+        goto done;
+    }
+    handlers = 1;
+    if (fuse_session_mount(session, config->mountpoint) != 0) {
+        zm__log(LOG_ERR, "cannot mount at %s: %s", config->mountpoint, zm__fuse_reason("mount failed"));
+        goto done;
+    }
+    mounted = 1;
+    zm__log_capture_fuse(0);
+    if (report >= 0) {
+        zm__daemon_detach(report);
+        report = -1;
+    } else if (chdir("/") != 0) {
+        /* Not fatal: only keeps the directory busy. */
+        zm__log(LOG_WARNING, "cannot change directory to /: %s", strerror(errno));
+    }
+    zm__log(LOG_INFO, "serving %s at %s", config->source, config->mountpoint);
+
+    rc = zm__run_loop(session);
+    status = rc < 0 ? ZM__EXIT_FAILURE : ZM__EXIT_OK;
+    if (rc < 0)
+        zm__log(LOG_ERR, "serving %s failed: %s", config->mountpoint, strerror(-rc));
+
+done:
+    zm__log_capture_fuse(0);
+    /* Requests still running have finished: the loop joins its workers. */
+    if (mounted)
+        fuse_session_unmount(session);
+    if (handlers)
+        fuse_remove_signal_handlers(session);
+    if (session)
+        fuse_session_destroy(session);
+    if (mounted)
+        zm__log(LOG_INFO, "unmounted %s", config->mountpoint);
+    zm__handles_free_all(fs);
+    if (fs->tree)
+        zm__tree_close(fs->tree);
+    zm__inodes_destroy(fs->inodes);
+    fs->tree = NULL;
+    fs->inodes = NULL;
+    /* A daemon that fails before detaching closes its line: the parent then
+     * takes this status from waitpid. */
+    if (report >= 0)
+        close(report);
+    return status;
+}
+
+static const char *zm__program_name(int argc, char **argv)
+{
+    if (argc < 1 || argv[0] == NULL)
+        return "zarrmount";
+    const char *slash = strrchr(argv[0], '/');
+    return slash ? slash + 1 : argv[0];
+}
+
+int zm_fs_main(int argc, char **argv)
+{
+    zm__fs fs;
+    memset(&fs, 0, sizeof fs);
+    pthread_mutex_init(&fs.handles_lock, NULL);
+    fs.handles.next = fs.handles.previous = &fs.handles;
+    zm_err err;
+
+    zm__log_capture_fuse(1);
+    int rc = zm__fs_config_parse(argc, argv, &fs.config, &err);
+    zm__log_capture_fuse(0);
+    if (rc != 0) {
+        zm__log(LOG_ERR, "%s", zm__fuse_reason(err.reason));
+        zm__fs_config_free(&fs.config);
+        return rc == -ENOMEM ? ZM__EXIT_FAILURE : ZM__EXIT_REFUSED;
+    }
+    if (fs.config.show_help || fs.config.show_version) {
+        if (fs.config.show_help)
+            zm__fs_print_help(stdout, zm__program_name(argc, argv));
+        else
+            printf("zarrmount %s (FUSE library %s)\n", ZM_VERSION, fuse_pkgversion());
+        zm__fs_config_free(&fs.config);
+        return ZM__EXIT_OK;
+    }
+    if (fs.config.read_write_ignored)
+        zm__log(LOG_WARNING, "option rw ignored: zarrmount mounts read-only");
+    /* Paths become absolute before the daemon changes directory to "/". */
+    if ((rc = zm__fs_config_resolve(&fs.config, &err)) != 0 ||
+        (rc = zm__fs_config_finish_fuse_args(&fs.config, &err)) != 0) {
+        zm__log(LOG_ERR, "%s", err.reason);
+        zm__fs_config_free(&fs.config);
+        return rc == -ENOMEM ? ZM__EXIT_FAILURE : ZM__EXIT_REFUSED;
+    }
+    zm__choose_modes(&fs);
+    zm__log_set_debug(fs.config.debug);
+
+    int report = -1;
+    if (!fs.config.foreground && (rc = zm__daemon_fork(&report, &err)) != 0) {
+        zm__log(LOG_ERR, "%s", err.reason);
+        zm__fs_config_free(&fs.config);
+        return ZM__EXIT_FAILURE;
+    }
+    int status = zm__serve(&fs, report);
+    zm__fs_config_free(&fs.config);
+    zm__log_close();
+    return status;
+}

@@ -1,0 +1,41 @@
+/* Internal to the fs module: the daemon's log. One line per event: to stderr
+ * ("zarrmount: ...") while the daemon has a terminal, to syslog (facility
+ * daemon) once it has detached. libfuse's own messages come through here
+ * too, so they land in the same place. */
+#ifndef ZARRMOUNT_FS_LOG_H
+#define ZARRMOUNT_FS_LOG_H
+
+#include <stdarg.h>
+#include <syslog.h>
+
+#include "zarrmount/error.h"
+
+/* Sends every later line to syslog instead of stderr (called when the
+ * daemon detaches from its terminal). */
+void zm__log_to_syslog(void);
+
+/* Closes syslog if it was opened. */
+void zm__log_close(void);
+
+/* With debug on, zm__log_failure logs every failure, not one per reason. */
+void zm__log_set_debug(int debug);
+
+/* Writes one line at a syslog priority (LOG_ERR, LOG_WARNING, LOG_INFO,
+ * LOG_DEBUG). Newlines inside the message are folded to spaces. */
+void zm__log(int priority, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void zm__vlog(int priority, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+
+/* Logs "WHAT: REASON" for a request that failed with code (a negative
+ * errno; err may be NULL or empty, then strerror says it), once per
+ * distinct reason: a source that changed under the mount makes every
+ * request fail for the same reason, and one line says it. New reasons are
+ * also limited to a few lines a second. Returns 1 if it wrote the line. */
+int zm__log_failure(const char *what, int code, const zm_err *err);
+
+/* While capturing, libfuse's messages are kept (the first one) instead of
+ * logged, so that a failure while starting is reported as one line of
+ * ours. zm__log_captured returns that message ("" if none). */
+void zm__log_capture_fuse(int capture);
+const char *zm__log_captured(void);
+
+#endif

@@ -1,0 +1,344 @@
+#define FUSE_USE_VERSION 312
+
+#include "fs/options.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What fuse_opt_parse fills: our options as text (checked after parsing,
+ * so the reason can name the option), the rest straight into the config. */
+typedef struct zm__parse {
+    zm__fs_config *config;
+    zm_err *err;
+    char *codec;
+    char *cache_size;
+    char *chunk_size;
+    char *threads;
+} zm__parse;
+
+enum {
+    ZM__KEY_FOREGROUND,
+    ZM__KEY_DEBUG,
+    ZM__KEY_ALLOW_OTHER,
+    ZM__KEY_READ_ONLY,
+    ZM__KEY_READ_WRITE,
+    ZM__KEY_FSTAB_ONLY,
+    ZM__KEY_HELP,
+    ZM__KEY_VERSION,
+};
+
+#define ZM__OPTION(template, field) {template, offsetof(zm__parse, field), 0}
+
+static const struct fuse_opt zm__options[] = {
+    ZM__OPTION("codec=%s", codec),
+    ZM__OPTION("cache_size=%s", cache_size),
+    ZM__OPTION("chunk_size=%s", chunk_size),
+    ZM__OPTION("threads=%s", threads),
+    FUSE_OPT_KEY("-f", ZM__KEY_FOREGROUND),
+    FUSE_OPT_KEY("-d", ZM__KEY_DEBUG),
+    FUSE_OPT_KEY("debug", ZM__KEY_DEBUG),
+    FUSE_OPT_KEY("allow_other", ZM__KEY_ALLOW_OTHER),
+    FUSE_OPT_KEY("ro", ZM__KEY_READ_ONLY),
+    FUSE_OPT_KEY("-r", ZM__KEY_READ_ONLY),
+    FUSE_OPT_KEY("rw", ZM__KEY_READ_WRITE),
+    /* fstab and mount(8) options that mean nothing to the filesystem;
+     * mount.fuse3 passes some of them on. */
+    FUSE_OPT_KEY("defaults", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("auto", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("noauto", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("nofail", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("_netdev", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("user", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("users", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("nouser", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("owner", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("group", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("comment=", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("-h", ZM__KEY_HELP),
+    FUSE_OPT_KEY("--help", ZM__KEY_HELP),
+    FUSE_OPT_KEY("-V", ZM__KEY_VERSION),
+    FUSE_OPT_KEY("--version", ZM__KEY_VERSION),
+    FUSE_OPT_END,
+};
+
+static int zm__take_argument(zm__parse *parse, const char *arg)
+{
+    zm__fs_config *config = parse->config;
+    char **slot = config->source == NULL ? &config->source
+                  : config->mountpoint == NULL ? &config->mountpoint
+                                               : NULL;
+    if (slot == NULL) {
+        zm_err_set(parse->err, -EINVAL,
+                   "unexpected argument '%s' (usage: zarrmount [options] SOURCE MOUNTPOINT)", arg);
+        return -1;
+    }
+    *slot = strdup(arg);
+    if (*slot == NULL) {
+        zm_err_set(parse->err, -ENOMEM, "out of memory reading the command line");
+        return -1;
+    }
+    return 0;
+}
+
+/* Returns 1 to keep arg for fuse_session_new, 0 to drop it, -1 to fail. */
+static int zm__option(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+    (void)outargs;
+    zm__parse *parse = data;
+    zm__fs_config *config = parse->config;
+    switch (key) {
+    case ZM__KEY_FOREGROUND:
+        config->foreground = 1;
+        return 0;
+    case ZM__KEY_DEBUG:
+        /* Request lines are only useful where someone reads them. */
+        config->debug = 1;
+        config->foreground = 1;
+        return 0;
+    case ZM__KEY_ALLOW_OTHER:
+        config->allow_other = 1;
+        return 1;
+    case ZM__KEY_READ_ONLY:
+    case ZM__KEY_FSTAB_ONLY:
+        return 0; /* ro is added back, last, whatever was given */
+    case ZM__KEY_READ_WRITE:
+        config->read_write_ignored = 1;
+        return 0;
+    case ZM__KEY_HELP:
+        config->show_help = 1;
+        return 0;
+    case ZM__KEY_VERSION:
+        config->show_version = 1;
+        return 0;
+    case FUSE_OPT_KEY_NONOPT:
+        return zm__take_argument(parse, arg);
+    default:
+        break;
+    }
+    if (arg[0] == '-') {
+        zm_err_set(parse->err, -EINVAL, "unknown option '%s' (see zarrmount --help)", arg);
+        return -1;
+    }
+    if (strncmp(arg, "x-", 2) == 0)
+        return 0; /* x-systemd.automount and the like are for other programs */
+    return 1;     /* a FUSE mount option; fuse_session_new refuses unknown ones */
+}
+
+int zm__parse_size(const char *option, const char *text, uint64_t *bytes, zm_err *err)
+{
+    static const char usage[] = "bytes, or a number with K, M, G or T (powers of 1024): 256M, 1G";
+    if (!isdigit((unsigned char)text[0]))
+        return zm_err_set(err, -EINVAL, "%s=%s: not a size (%s)", option, text, usage);
+    errno = 0;
+    char *end;
+    unsigned long long value = strtoull(text, &end, 10);
+    if (errno == ERANGE)
+        return zm_err_set(err, -EINVAL, "%s=%s: too large", option, text);
+    unsigned shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    case 'T': shift = 40; break;
+    default: break;
+    }
+    if (shift != 0) {
+        end++;
+        if (strcmp(end, "iB") == 0)
+            end += 2;
+    }
+    if (*end != '\0')
+        return zm_err_set(err, -EINVAL, "%s=%s: not a size (%s)", option, text, usage);
+    if (value == 0)
+        return zm_err_set(err, -EINVAL, "%s=%s: must be more than 0", option, text);
+    if (value > (UINT64_MAX >> shift))
+        return zm_err_set(err, -EINVAL, "%s=%s: too large", option, text);
+    *bytes = (uint64_t)value << shift;
+    return 0;
+}
+
+static int zm__parse_threads(const char *text, unsigned *threads, zm_err *err)
+{
+    char *end;
+    errno = 0;
+    unsigned long value = isdigit((unsigned char)text[0]) ? strtoul(text, &end, 10) : 0;
+    if (!isdigit((unsigned char)text[0]) || *end != '\0' || errno == ERANGE || value == 0 ||
+        value > ZM__MAX_THREADS)
+        return zm_err_set(err, -EINVAL, "threads=%s: not a number of threads from 1 to %u", text,
+                          ZM__MAX_THREADS);
+    *threads = (unsigned)value;
+    return 0;
+}
+
+/* Checks and converts the options fuse_opt_parse left as text. */
+static int zm__check_values(zm__parse *parse, zm_err *err)
+{
+    zm__fs_config *config = parse->config;
+    int rc;
+    config->chunk_bytes = ZM__DEFAULT_CHUNK_BYTES;
+    config->cache_bytes = ZM__DEFAULT_CACHE_BYTES;
+    if (parse->codec && parse->codec[0] == '\0')
+        return zm_err_set(err, -EINVAL, "codec= needs a value (none, zstd[:LEVEL], blosc[:CNAME[:LEVEL]])");
+    if (parse->chunk_size && (rc = zm__parse_size("chunk_size", parse->chunk_size, &config->chunk_bytes, err)))
+        return rc;
+    if (parse->cache_size && (rc = zm__parse_size("cache_size", parse->cache_size, &config->cache_bytes, err)))
+        return rc;
+    if (parse->threads && (rc = zm__parse_threads(parse->threads, &config->threads, err)))
+        return rc;
+    config->codec = parse->codec;
+    parse->codec = NULL;
+    return 0;
+}
+
+int zm__fs_config_parse(int argc, char **argv, zm__fs_config *config, zm_err *err)
+{
+    memset(config, 0, sizeof *config);
+    zm_err_clear(err);
+    zm__parse parse = {.config = config, .err = err};
+    struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+    int rc = 0;
+    if (fuse_opt_parse(&args, &parse, zm__options, zm__option) != 0) {
+        /* fuse_opt_parse says why itself for its own complaints (a -o
+         * without a value); the caller captures that line. */
+        rc = err->code ? err->code : zm_err_set(err, -EINVAL, "bad command line (see zarrmount --help)");
+    }
+    config->fuse_args = args;
+    if (rc == 0 && !config->show_help && !config->show_version) {
+        rc = zm__check_values(&parse, err);
+        if (rc == 0 && config->source == NULL)
+            rc = zm_err_set(err, -EINVAL, "missing SOURCE and MOUNTPOINT (usage: zarrmount [options] SOURCE MOUNTPOINT)");
+        else if (rc == 0 && config->mountpoint == NULL)
+            rc = zm_err_set(err, -EINVAL, "missing MOUNTPOINT (usage: zarrmount [options] SOURCE MOUNTPOINT)");
+    }
+    free(parse.codec);
+    free(parse.cache_size);
+    free(parse.chunk_size);
+    free(parse.threads);
+    return rc;
+}
+
+/* Replaces *path by its absolute, symlink-free form. */
+static int zm__make_absolute(const char *what, char **path, zm_err *err)
+{
+    char *absolute = realpath(*path, NULL);
+    if (absolute == NULL)
+        return zm_err_set(err, -errno, "%s '%s': %s", what, *path, strerror(errno));
+    free(*path);
+    *path = absolute;
+    return 0;
+}
+
+int zm__fs_config_resolve(zm__fs_config *config, zm_err *err)
+{
+    int rc;
+    if ((rc = zm__make_absolute("source", &config->source, err)) ||
+        (rc = zm__make_absolute("mount point", &config->mountpoint, err)))
+        return rc;
+    if (stat(config->source, &config->source_stat) != 0)
+        return zm_err_set(err, -errno, "source '%s': %s", config->source, strerror(errno));
+    if (!S_ISREG(config->source_stat.st_mode))
+        return zm_err_set(err, -EINVAL, "source '%s': not a regular file", config->source);
+    struct stat mountpoint;
+    if (stat(config->mountpoint, &mountpoint) != 0)
+        return zm_err_set(err, -errno, "mount point '%s': %s", config->mountpoint, strerror(errno));
+    if (!S_ISDIR(mountpoint.st_mode))
+        return zm_err_set(err, -ENOTDIR, "mount point '%s': not a directory", config->mountpoint);
+    return 0;
+}
+
+/* Adds "-o NAME=VALUE" with VALUE's commas and backslashes escaped, as
+ * fuse_opt splits -o lists on commas. */
+static int zm__add_named_option(struct fuse_args *args, int position, const char *name, const char *value)
+{
+    size_t size = strlen(name) + strlen(value) + 2;
+    char *option = malloc(size);
+    char *escaped = NULL;
+    int rc = -ENOMEM;
+    if (option) {
+        snprintf(option, size, "%s=%s", name, value);
+        if (fuse_opt_add_opt_escaped(&escaped, option) == 0) {
+            size_t length = strlen(escaped) + 3;
+            char *arg = malloc(length);
+            if (arg) {
+                snprintf(arg, length, "-o%s", escaped);
+                rc = fuse_opt_insert_arg(args, position, arg) == 0 ? 0 : -ENOMEM;
+                free(arg);
+            }
+        }
+    }
+    free(option);
+    free(escaped);
+    return rc;
+}
+
+int zm__fs_config_finish_fuse_args(zm__fs_config *config, zm_err *err)
+{
+    struct fuse_args *args = &config->fuse_args;
+    char max_read[32];
+    snprintf(max_read, sizeof max_read, "%u", ZM__MAX_READ);
+    /* Defaults go first, so that options given on the command line win;
+     * ro goes last, so that nothing can undo it. */
+    int failed = zm__add_named_option(args, 1, "fsname", config->source) ||
+                 zm__add_named_option(args, 1, "subtype", "zarrmount") ||
+                 zm__add_named_option(args, 1, "max_read", max_read) ||
+                 (config->allow_other && fuse_opt_add_arg(args, "-odefault_permissions") != 0) ||
+                 fuse_opt_add_arg(args, "-oro") != 0;
+    if (failed)
+        return zm_err_set(err, -ENOMEM, "out of memory building the mount options");
+    return 0;
+}
+
+void zm__fs_config_free(zm__fs_config *config)
+{
+    free(config->source);
+    free(config->mountpoint);
+    free(config->codec);
+    fuse_opt_free_args(&config->fuse_args);
+    memset(config, 0, sizeof *config);
+}
+
+void zm__fs_print_help(FILE *out, const char *program)
+{
+    fprintf(out,
+            "Usage: %s [options] SOURCE MOUNTPOINT\n"
+            "\n"
+            "Mounts SOURCE (an .h5ad, loom or 10x .h5 file) read-only at MOUNTPOINT as a\n"
+            "tree of AnnData Zarr v2 stores; every file is made when it is read.\n"
+            "Unmount with `fusermount3 -u MOUNTPOINT` (or SIGTERM or SIGINT to the daemon).\n"
+            "\n"
+            "Options:\n"
+            "  -f                  stay in the foreground and log to stderr\n"
+            "                      (default: detach once mounted and log to syslog)\n"
+            "  -d                  debug: log every request (implies -f)\n"
+            "  -o codec=CODEC      compressor of the chunk files: none, zstd[:LEVEL],\n"
+            "                      blosc[:zstd|lz4|lz4hc|blosclz|zlib[:LEVEL]]\n"
+            "                      (default blosc:zstd:1, byte shuffle: fast to decode,\n"
+            "                      compresses counts well; zarr's own default codec family)\n"
+            "  -o chunk_size=SIZE  raw bytes a chunk aims at (default 1M)\n"
+            "  -o cache_size=SIZE  memory kept for synthesized chunks (default 256M)\n"
+            "  -o threads=N        threads that read and encode chunks, 1 to %u\n"
+            "                      (default: one per core)\n"
+            "  -o allow_other      let every user read the mount; files then carry SOURCE's\n"
+            "                      owner and permission bits minus write, enforced by the\n"
+            "                      kernel (default_permissions is added); needs\n"
+            "                      user_allow_other in /etc/fuse.conf unless run as root\n"
+            "  -o ro               read-only: always, given or not (rw is ignored)\n"
+            "  -o OPTION           other FUSE mount options (fsname=, subtype=, nosuid,\n"
+            "                      nodev, noatime, ...) are passed to the mount; fstab-only\n"
+            "                      ones (defaults, noauto, nofail, _netdev, x-*) are dropped\n"
+            "  -h, --help          print this help and exit\n"
+            "  -V, --version       print the version and exit\n"
+            "\n"
+            "SIZE is bytes, or a number with K, M, G or T (powers of 1024): 256M, 1G.\n"
+            "\n"
+            "In /etc/fstab (mount.fuse3 runs `zarrmount SOURCE MOUNTPOINT -o OPTIONS`):\n"
+            "  /data/pbmc.h5ad  /mnt/pbmc  fuse.zarrmount  ro,allow_other  0 0\n"
+            "\n"
+            "Exit status: 0 after a clean unmount, 1 when mounting or serving fails,\n"
+            "2 for a bad command line or source. See docs/mount.md.\n",
+            program, ZM__MAX_THREADS);
+}

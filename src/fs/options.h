@@ -1,0 +1,66 @@
+/* Internal to the fs module: the mount command line, parsed with libfuse's
+ * fuse_opt into one config. Accepts `zarrmount [options] SOURCE MOUNTPOINT`
+ * with the options anywhere, and mount.fuse3's form `zarrmount SOURCE
+ * MOUNTPOINT -o ro,allow_other,dev,suid,...`. Our options are taken out;
+ * FUSE mount options are kept for fuse_session_new, which refuses unknown
+ * ones; options only fstab and mount(8) mean (defaults, noauto, nofail,
+ * _netdev, user, comment=, x-...) are dropped. */
+#ifndef ZARRMOUNT_FS_OPTIONS_H
+#define ZARRMOUNT_FS_OPTIONS_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include <fuse_opt.h>
+
+#include "zarrmount/error.h"
+
+/* What -o chunk_size and -o cache_size default to (docs/mount.md). */
+#define ZM__DEFAULT_CHUNK_BYTES (UINT64_C(1) << 20)
+#define ZM__DEFAULT_CACHE_BYTES (UINT64_C(256) << 20)
+#define ZM__MAX_THREADS 1024u
+
+typedef struct zm__fs_config {
+    char *source;            /* as given; absolute after zm__fs_config_resolve */
+    char *mountpoint;        /* likewise */
+    char *codec;             /* NULL: the default (blosc:zstd:1, byte shuffle) */
+    uint64_t cache_bytes;
+    uint64_t chunk_bytes;
+    unsigned threads;        /* decode threads; 0: one per core */
+    int foreground;          /* -f (and -d) */
+    int debug;               /* -d: log every request */
+    int allow_other;         /* -o allow_other */
+    int read_write_ignored;  /* -o rw was given; the mount is read-only anyway */
+    int show_help;
+    int show_version;
+    struct stat source_stat; /* after zm__fs_config_resolve */
+    struct fuse_args fuse_args; /* argv[0] and the FUSE mount options to pass on */
+} zm__fs_config;
+
+/* Parses argv. -EINVAL with a one-line reason for a bad command line.
+ * With --help or --version only show_help / show_version matter. */
+int zm__fs_config_parse(int argc, char **argv, zm__fs_config *config, zm_err *err);
+
+/* Makes source and mountpoint absolute (the daemon changes directory to
+ * "/"), records the source's stat, and checks the mount point is a
+ * directory. -ENOENT, -ENOTDIR, -EINVAL... with a reason. */
+int zm__fs_config_resolve(zm__fs_config *config, zm_err *err);
+
+/* Completes fuse_args: ro always, fsname=SOURCE, subtype=zarrmount,
+ * max_read, and default_permissions with allow_other. -ENOMEM. */
+int zm__fs_config_finish_fuse_args(zm__fs_config *config, zm_err *err);
+
+void zm__fs_config_free(zm__fs_config *config);
+
+/* "256M", "1G", "4096", "64KiB" (powers of 1024) into bytes; more than 0.
+ * -EINVAL with a reason naming the option. */
+int zm__parse_size(const char *option, const char *text, uint64_t *bytes, zm_err *err);
+
+void zm__fs_print_help(FILE *out, const char *program);
+
+/* The largest read the kernel is asked to send (the max_read mount option
+ * and conn->max_read agree). */
+#define ZM__MAX_READ (1u << 20)
+
+#endif
