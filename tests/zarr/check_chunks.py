@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+"""Reads the Zarr stores tests/test_zarr.c wrote and says, as one JSON object
+on stdout, what zarr-python 2.13 / numcodecs 0.11 / anndata 0.8 make of them.
+
+    /usr/bin/python3 tests/zarr/check_chunks.py DIRECTORY
+
+DIRECTORY/manifest.json lists the arrays the C test wrote:
+    {"arrays": [{"path": "store/X", "shape": [7, 5], "chunks": [3, 2],
+                 "dtype": "<f4", "fill": 0.0, "codec": "blosc:zstd:1" or null,
+                 "vlen": false, "values": "values/3"}, ...],
+     "anndata": [{"path": "adata.zarr", "expected": "adata.json"}]}
+Array values are raw little-endian C-order bytes, or a JSON list of strings
+for vlen arrays, or a JSON string for "<U" scalars.
+
+For each array the report says
+- "read": whether zarr.open_array reads back exactly the values (numcodecs
+  decodes every chunk);
+- "identical": whether zarr-python, writing the same values with the same
+  shape, chunks, dtype, fill value, compressor and filters into a fresh
+  store, writes byte for byte the same files (.zarray and every chunk), with
+  blosc's use_threads off as numcodecs' blosc_compress_ctx path;
+- "different": the file names that differ, and "error" on an exception.
+For each AnnData store: whether anndata.read_zarr reads the expected X,
+obs/var names and columns and uns values.
+"""
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+import zarr
+from numcodecs import Blosc, VLenUTF8, Zstd, blosc
+
+blosc.use_threads = False
+
+
+def codec_of(text):
+    if text is None or text == 'none':
+        return None
+    parts = text.split(':')
+    if parts[0] == 'zstd':
+        return Zstd(level=int(parts[1]))
+    return Blosc(cname=parts[1], clevel=int(parts[2]), shuffle=Blosc.SHUFFLE)
+
+
+def load_values(directory, entry):
+    path = os.path.join(directory, entry['values'])
+    if entry['vlen']:
+        with open(path, encoding='utf-8') as f:
+            items = json.load(f)
+        values = np.empty(len(items), dtype=object)
+        values[:] = items
+        return values.reshape(entry['shape'])
+    if entry['dtype'].startswith('<U'):
+        with open(path, encoding='utf-8') as f:
+            return np.array(json.load(f), dtype=entry['dtype'])
+    with open(path, 'rb') as f:
+        data = f.read()
+    return np.frombuffer(data, dtype=entry['dtype']).reshape(entry['shape'])
+
+
+def store_files(path):
+    files = {}
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        if os.path.isfile(full):
+            with open(full, 'rb') as f:
+                files[name] = f.read()
+    return files
+
+
+def check_array(directory, entry):
+    result = {'path': entry['path'], 'read': False, 'identical': False, 'different': []}
+    try:
+        values = load_values(directory, entry)
+        path = os.path.join(directory, entry['path'])
+        z = zarr.open_array(path, mode='r')
+        got = z[...]
+        if entry['vlen']:
+            result['read'] = got.shape == values.shape and all(
+                a == b for a, b in zip(got.ravel().tolist(), values.ravel().tolist()))
+        else:
+            result['read'] = (got.dtype == values.dtype and got.shape == values.shape and
+                              got.tobytes() == values.tobytes())
+        store = zarr.MemoryStore()
+        kwargs = dict(shape=tuple(entry['shape']), chunks=tuple(entry['chunks']) or True,
+                      dtype=object if entry['vlen'] else entry['dtype'],
+                      compressor=codec_of(entry['codec']), fill_value=entry['fill'],
+                      store=store)
+        if entry['vlen']:
+            kwargs['object_codec'] = VLenUTF8()
+        ref = zarr.create(**kwargs)
+        ref[...] = values
+        theirs = {k: bytes(v) for k, v in store.items()}
+        ours = store_files(path)
+        ours.pop('.zattrs', None)
+        names = sorted(set(theirs) | set(ours))
+        result['different'] = [n for n in names if theirs.get(n) != ours.get(n)]
+        result['identical'] = not result['different']
+        result['files'] = len(names)
+    except Exception:
+        result['error'] = traceback.format_exc()
+    return result
+
+
+def check_anndata(directory, entry):
+    import anndata
+    result = {'path': entry['path'], 'read': False, 'problems': []}
+    try:
+        with open(os.path.join(directory, entry['expected']), encoding='utf-8') as f:
+            expected = json.load(f)
+        adata = anndata.read_zarr(os.path.join(directory, entry['path']))
+        problems = result['problems']
+        X = np.asarray(adata.X)
+        if X.dtype != np.float32 or X.tolist() != expected['X']:
+            problems.append('X differs: %r' % (X.tolist(),))
+        if list(adata.obs_names) != expected['obs_names']:
+            problems.append('obs_names differ: %r' % list(adata.obs_names))
+        if list(adata.var_names) != expected['var_names']:
+            problems.append('var_names differ: %r' % list(adata.var_names))
+        if list(adata.obs.columns) != list(expected['obs']):
+            problems.append('obs columns differ: %r' % list(adata.obs.columns))
+        for column, want in expected['obs'].items():
+            if column in adata.obs and adata.obs[column].tolist() != want:
+                problems.append('obs[%s] differs: %r' % (column, adata.obs[column].tolist()))
+        for key, want in expected['uns'].items():
+            got = adata.uns.get(key)
+            if isinstance(got, np.generic):
+                got = got.item()
+            if got != want or type(got) is not type(want):
+                problems.append('uns[%s] is %r, not %r' % (key, got, want))
+        result['read'] = not problems
+    except Exception:
+        result['error'] = traceback.format_exc()
+    return result
+
+
+def main():
+    directory = sys.argv[1]
+    with open(os.path.join(directory, 'manifest.json'), encoding='utf-8') as f:
+        manifest = json.load(f)
+    report = {
+        'arrays': [check_array(directory, e) for e in manifest.get('arrays', [])],
+        'anndata': [check_anndata(directory, e) for e in manifest.get('anndata', [])],
+    }
+    json.dump(report, sys.stdout)
+
+
+if __name__ == '__main__':
+    main()
