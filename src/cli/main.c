@@ -8,7 +8,8 @@
 #include "zarrmount/fs.h"
 
 static const char usage[] =
-    "Usage: zarrmount select < REQUEST.json\n"
+    "Usage: zarrmount [options] SOURCE MOUNTPOINT\n"
+    "       zarrmount select < REQUEST.json\n"
     "       zarrmount inspect FILE [--json]\n"
     "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size BYTES]\n"
     "       zarrmount --version | --help\n"
@@ -23,7 +24,7 @@ static const char usage[] =
     "  export    write one view (full, file, uniform/seed0/k=1000, blocks/seed0/k=1000,\n"
     "            ...) as a Zarr directory store: the bytes a mount serves, no FUSE\n"
     "\n"
-    "Mounting a source (zarrmount SOURCE MOUNTPOINT) is not built yet.\n";
+    "Mount: zarrmount [options] SOURCE MOUNTPOINT (the options: zarrmount --help, docs/mount.md)\n";
 
 int main(int argc, char **argv)
 {
@@ -69,8 +70,12 @@ int main(int argc, char **argv)
     }
     if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs(usage, stdout);
-        return ZM_EXIT_OK;
+        fputs("\n", stdout);
+        fflush(stdout);
+        return zm_fs_main(2, (char *[]){argv[0], "--help", NULL});
     }
+    if (argc >= 2)
+        return zm_fs_main(argc, argv);
     fputs(usage, stderr);
     return ZM_EXIT_REFUSED;
 }

@@ -33,7 +33,7 @@
 #define ZM_VERSION "unknown"
 #endif
 
-#define ZM__EXIT_OK 0
+#define ZM__EXIT_OK      0
 #define ZM__EXIT_FAILURE 1
 #define ZM__EXIT_REFUSED 2
 
@@ -44,7 +44,7 @@
 #define ZM__BLOCK_SIZE 131072
 /* Worker threads of the session loop: requests block while a chunk is
  * synthesized, so allow many; keep 10 idle ones around between bursts. */
-#define ZM__LOOP_THREADS 64
+#define ZM__LOOP_THREADS      64
 #define ZM__LOOP_IDLE_THREADS 10
 /* Reads and readaheads the kernel keeps in flight at once (libfuse's
  * default is 12): parallel reads are how chunks get made in parallel. */
@@ -66,7 +66,7 @@ typedef struct zm__fs {
     mode_t file_mode;      /* permission bits of files */
     mode_t directory_mode; /* and of directories */
     pthread_mutex_t handles_lock;
-    zm__handle handles;    /* the list's head */
+    zm__handle handles; /* the list's head */
 } zm__fs;
 
 /* An open file: its path, so that reads go to the tree without the table. */
@@ -75,8 +75,10 @@ typedef struct zm__file {
     char path[];
 } zm__file;
 
-/* An open directory: its listing, taken once at opendir so that readdir's
- * offsets index a fixed list (the tree lists in a stable order anyway). */
+/* An open directory: its listing, taken once, at the first readdir (the
+ * kernel answers from its own cache without one when it can), so that
+ * readdir's offsets index a fixed list. The kernel never runs two readdirs
+ * of one open directory at once. */
 typedef struct zm__dir_entry {
     char *name;
     zm_node node;
@@ -87,6 +89,7 @@ typedef struct zm__dir {
     char *path;
     uint64_t inode;
     uint64_t parent_inode;
+    int listed;
     zm__dir_entry *entries;
     size_t count;
     size_t capacity;
@@ -162,9 +165,12 @@ static char *zm__join(const char *directory, const char *name)
 static mode_t zm__type_bits(zm_node_kind kind)
 {
     switch (kind) {
-    case ZM_NODE_DIRECTORY: return S_IFDIR;
-    case ZM_NODE_LINK: return S_IFLNK;
-    case ZM_NODE_FILE: break;
+    case ZM_NODE_DIRECTORY:
+        return S_IFDIR;
+    case ZM_NODE_LINK:
+        return S_IFLNK;
+    case ZM_NODE_FILE:
+        break;
     }
     return S_IFREG;
 }
@@ -172,9 +178,12 @@ static mode_t zm__type_bits(zm_node_kind kind)
 static const char *zm__kind_name(zm_node_kind kind)
 {
     switch (kind) {
-    case ZM_NODE_DIRECTORY: return "directory";
-    case ZM_NODE_LINK: return "link";
-    case ZM_NODE_FILE: break;
+    case ZM_NODE_DIRECTORY:
+        return "directory";
+    case ZM_NODE_LINK:
+        return "link";
+    case ZM_NODE_FILE:
+        break;
     }
     return "file";
 }
@@ -321,6 +330,8 @@ static void zm__op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     zm_err_clear(&err);
     zm_node node;
     rc = zm__tree_lookup(fs->tree, path, &node, &err);
+    if (rc == 0 && node.kind != ZM_NODE_DIRECTORY && node.size == ZM_SIZE_UNKNOWN)
+        rc = zm_err_set(&err, -EIO, "%s: the tree gave no size", path);
     if (rc == -ENOENT) {
         /* A missing name stays missing: the kernel may remember that too
          * (readers probe for .zarray, .zgroup and .zattrs everywhere). */
@@ -402,7 +413,8 @@ static void zm__op_access(fuse_req_t req, fuse_ino_t inode, int mask)
     /* Only asked without default_permissions, that is without allow_other,
      * when the mounting user alone can get here. */
     int code = (mask & W_OK) ? EROFS : ((mask & X_OK) && node.kind == ZM_NODE_FILE) ? EACCES : 0;
-    ZM__TRACE(fs, req, "access inode %llu mask %d: %s", (unsigned long long)inode, mask, strerror(code));
+    ZM__TRACE(fs, req, "access inode %llu mask %d: %s", (unsigned long long)inode, mask,
+              strerror(code));
     fuse_reply_err(req, code);
 }
 
@@ -572,26 +584,19 @@ static void zm__op_opendir(fuse_req_t req, fuse_ino_t inode, struct fuse_file_in
     if (rc == 0 && node.kind != ZM_NODE_DIRECTORY)
         rc = -ENOTDIR;
     if (rc != 0) {
-        zm__reply_failure(fs, req, "opendir", dir && dir->path ? dir->path : "(unknown inode)", rc, NULL);
+        zm__reply_failure(fs, req, "opendir", dir && dir->path ? dir->path : "(unknown inode)", rc,
+                          NULL);
         zm__dir_free(dir);
         return;
     }
     dir->inode = inode;
     dir->parent_inode = zm__parent_inode(fs, dir->path);
-    zm_err err;
-    zm_err_clear(&err);
-    rc = zm__tree_list(fs->tree, dir->path, zm__collect, dir, &err);
-    if (rc != 0) {
-        zm__reply_failure(fs, req, "list", dir->path, rc, &err);
-        zm__dir_free(dir);
-        return;
-    }
     dir->handle.is_directory = 1;
     zm__handle_add(fs, &dir->handle);
     fi->fh = (uint64_t)(uintptr_t)dir;
     fi->cache_readdir = 1; /* listings never change: the kernel may keep them */
     fi->keep_cache = 1;    /* and keep them across opens */
-    ZM__TRACE(fs, req, "opendir %s: %zu entries", zm__shown(dir->path), dir->count);
+    ZM__TRACE(fs, req, "opendir %s", zm__shown(dir->path));
     if (fuse_reply_open(req, fi) != 0) {
         zm__handle_remove(fs, &dir->handle);
         zm__dir_free(dir);
@@ -600,9 +605,8 @@ static void zm__op_opendir(fuse_req_t req, fuse_ino_t inode, struct fuse_file_in
 
 /* Adds entry number `at` of dir (0 ".", 1 "..", then the listing) to buffer
  * if it fits in space: *used gets its size, 0 when it does not fit. With
- * plus, the entry carries attributes and counts as a lookup of its inode,
- * given in *looked_up (0 for "." and "..", which the kernel does not
- * count). -ENOMEM. */
+ * plus, an entry with attributes counts as a lookup of its inode, given in
+ * *looked_up (0 when there is none). -ENOMEM. */
 static int zm__add_entry(zm__fs *fs, fuse_req_t req, const zm__dir *dir, size_t at, char *buffer,
                          size_t space, int plus, size_t *used, uint64_t *looked_up)
 {
@@ -627,11 +631,15 @@ static int zm__add_entry(zm__fs *fs, fuse_req_t req, const zm__dir *dir, size_t 
         size_t need = fuse_add_direntry(req, buffer, space, name, &st, next);
         *used = need <= space ? need : 0;
     } else if (fuse_add_direntry_plus(req, NULL, 0, name, NULL, next) <= space) {
+        /* "." and "..", and files whose size the listing does not know (it
+         * would mean synthesizing them), go without attributes: the kernel
+         * looks them up when it needs them. */
         struct fuse_entry_param entry;
         memset(&entry, 0, sizeof entry);
         entry.attr.st_ino = inode;
-        entry.attr.st_mode = S_IFDIR;
-        if (path && (rc = zm__inodes_remember(fs->inodes, path, node, &inode)) == 0) {
+        entry.attr.st_mode = zm__type_bits(node->kind);
+        if (path && node->size != ZM_SIZE_UNKNOWN &&
+            (rc = zm__inodes_remember(fs->inodes, path, node, &inode)) == 0) {
             zm__fill_entry(fs, inode, node, &entry);
             *looked_up = inode;
         }
@@ -642,10 +650,26 @@ static int zm__add_entry(zm__fs *fs, fuse_req_t req, const zm__dir *dir, size_t 
     return rc;
 }
 
-static void zm__readdir(fuse_req_t req, size_t size, off_t offset, struct fuse_file_info *fi, int plus)
+static void zm__readdir(fuse_req_t req, size_t size, off_t offset, struct fuse_file_info *fi,
+                        int plus)
 {
     zm__fs *fs = zm__fs_of(req);
     zm__dir *dir = (zm__dir *)(uintptr_t)fi->fh;
+    if (!dir->listed) {
+        zm_err err;
+        zm_err_clear(&err);
+        int rc = zm__tree_list(fs->tree, dir->path, zm__collect, dir, &err);
+        if (rc != 0) {
+            /* A later readdir of this handle tries again from scratch. */
+            for (size_t i = 0; i < dir->count; i++)
+                free(dir->entries[i].name);
+            dir->count = 0;
+            zm__reply_failure(fs, req, "list", dir->path, rc, &err);
+            return;
+        }
+        dir->listed = 1;
+        ZM__TRACE(fs, req, "list %s: %zu entries", zm__shown(dir->path), dir->count);
+    }
     char *buffer = malloc(size > 0 ? size : 1);
     /* The lookups this reply carries, to take back if it never arrives. */
     uint64_t *looked_up = calloc(size / 24 + 1, sizeof *looked_up);
@@ -654,7 +678,8 @@ static void zm__readdir(fuse_req_t req, size_t size, off_t offset, struct fuse_f
     int rc = buffer && looked_up ? 0 : -ENOMEM;
     for (size_t at = offset > 0 ? (size_t)offset : 0; rc == 0 && at < dir->count + 2; at++) {
         size_t added;
-        rc = zm__add_entry(fs, req, dir, at, buffer + used, size - used, plus, &added, &looked_up[count]);
+        rc = zm__add_entry(fs, req, dir, at, buffer + used, size - used, plus, &added,
+                           &looked_up[count]);
         if (rc != 0 || added == 0)
             break;
         used += added;
@@ -734,7 +759,8 @@ static void zm__op_setattr(fuse_req_t req, fuse_ino_t inode, struct stat *attr, 
     zm__refuse(req, "setattr");
 }
 
-static void zm__op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+static void zm__op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                         dev_t rdev)
 {
     (void)parent, (void)name, (void)mode, (void)rdev;
     zm__refuse(req, "mknod");
@@ -764,21 +790,22 @@ static void zm__op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, 
     zm__refuse(req, "symlink");
 }
 
-static void zm__op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t new_parent,
-                          const char *new_name, unsigned int flags)
+static void zm__op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+                          fuse_ino_t new_parent, const char *new_name, unsigned int flags)
 {
     (void)parent, (void)name, (void)new_parent, (void)new_name, (void)flags;
     zm__refuse(req, "rename");
 }
 
-static void zm__op_link(fuse_req_t req, fuse_ino_t inode, fuse_ino_t new_parent, const char *new_name)
+static void zm__op_link(fuse_req_t req, fuse_ino_t inode, fuse_ino_t new_parent,
+                        const char *new_name)
 {
     (void)inode, (void)new_parent, (void)new_name;
     zm__refuse(req, "link");
 }
 
-static void zm__op_write(fuse_req_t req, fuse_ino_t inode, const char *buffer, size_t size, off_t offset,
-                         struct fuse_file_info *fi)
+static void zm__op_write(fuse_req_t req, fuse_ino_t inode, const char *buffer, size_t size,
+                         off_t offset, struct fuse_file_info *fi)
 {
     (void)inode, (void)buffer, (void)size, (void)offset, (void)fi;
     zm__refuse(req, "write");
@@ -812,8 +839,9 @@ static void zm__op_fallocate(fuse_req_t req, fuse_ino_t inode, int mode, off_t o
 }
 
 static void zm__op_copy_file_range(fuse_req_t req, fuse_ino_t inode_in, off_t offset_in,
-                                   struct fuse_file_info *fi_in, fuse_ino_t inode_out, off_t offset_out,
-                                   struct fuse_file_info *fi_out, size_t length, int flags)
+                                   struct fuse_file_info *fi_in, fuse_ino_t inode_out,
+                                   off_t offset_out, struct fuse_file_info *fi_out, size_t length,
+                                   int flags)
 {
     (void)inode_in, (void)offset_in, (void)fi_in, (void)inode_out, (void)offset_out, (void)fi_out,
         (void)length, (void)flags;
@@ -945,7 +973,8 @@ static int zm__serve(zm__fs *fs, int report)
     if (rc == 0)
         rc = zm__open_tree(fs, &err);
     if (rc != 0) {
-        zm__log(LOG_ERR, "%s", rc == -ENOMEM && err.reason[0] == '\0' ? "out of memory" : err.reason);
+        zm__log(LOG_ERR, "%s",
+                rc == -ENOMEM && err.reason[0] == '\0' ? "out of memory" : err.reason);
         status = rc == -ENOMEM ? ZM__EXIT_FAILURE : ZM__EXIT_REFUSED;
         goto done;
     }
@@ -956,7 +985,8 @@ static int zm__serve(zm__fs *fs, int report)
     }
     handlers = 1;
     if (fuse_session_mount(session, config->mountpoint) != 0) {
-        zm__log(LOG_ERR, "cannot mount at %s: %s", config->mountpoint, zm__fuse_reason("mount failed"));
+        zm__log(LOG_ERR, "cannot mount at %s: %s", config->mountpoint,
+                zm__fuse_reason("mount failed"));
         goto done;
     }
     mounted = 1;

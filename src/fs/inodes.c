@@ -6,8 +6,8 @@
 #include <string.h>
 
 /* Numbers are 2 .. 2^53 - 1: 0 is "no inode" to the kernel, 1 the root. */
-#define ZM__FIRST_NUMBER 2u
-#define ZM__NUMBER_LIMIT (UINT64_C(1) << 53)
+#define ZM__FIRST_NUMBER    2u
+#define ZM__NUMBER_LIMIT    (UINT64_C(1) << 53)
 #define ZM__INITIAL_BUCKETS 1024u
 
 typedef struct zm__inode {

@@ -14,7 +14,7 @@
 /* The last distinct failure reasons logged (by hash), and a budget of lines
  * per second for new ones. 64 reasons cover the ways a mount fails at once
  * (source changed, a chunk that cannot be made, out of memory). */
-#define ZM__RECENT_REASONS 64
+#define ZM__RECENT_REASONS   64
 #define ZM__LINES_PER_SECOND 10
 
 static atomic_int zm__use_syslog;

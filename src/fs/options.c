@@ -31,7 +31,10 @@ enum {
     ZM__KEY_VERSION,
 };
 
-#define ZM__OPTION(template, field) {template, offsetof(zm__parse, field), 0}
+#define ZM__OPTION(template, field)                                                                \
+    {                                                                                              \
+        template, offsetof(zm__parse, field), 0                                                    \
+    }
 
 static const struct fuse_opt zm__options[] = {
     ZM__OPTION("codec=%s", codec),
@@ -68,7 +71,7 @@ static const struct fuse_opt zm__options[] = {
 static int zm__take_argument(zm__parse *parse, const char *arg)
 {
     zm__fs_config *config = parse->config;
-    char **slot = config->source == NULL ? &config->source
+    char **slot = config->source == NULL       ? &config->source
                   : config->mountpoint == NULL ? &config->mountpoint
                                                : NULL;
     if (slot == NULL) {
@@ -140,11 +143,20 @@ int zm__parse_size(const char *option, const char *text, uint64_t *bytes, zm_err
         return zm_err_set(err, -EINVAL, "%s=%s: too large", option, text);
     unsigned shift = 0;
     switch (toupper((unsigned char)*end)) {
-    case 'K': shift = 10; break;
-    case 'M': shift = 20; break;
-    case 'G': shift = 30; break;
-    case 'T': shift = 40; break;
-    default: break;
+    case 'K':
+        shift = 10;
+        break;
+    case 'M':
+        shift = 20;
+        break;
+    case 'G':
+        shift = 30;
+        break;
+    case 'T':
+        shift = 40;
+        break;
+    default:
+        break;
     }
     if (shift != 0) {
         end++;
@@ -179,13 +191,14 @@ static int zm__check_values(zm__parse *parse, zm_err *err)
 {
     zm__fs_config *config = parse->config;
     int rc;
-    config->chunk_bytes = ZM__DEFAULT_CHUNK_BYTES;
-    config->cache_bytes = ZM__DEFAULT_CACHE_BYTES;
     if (parse->codec && parse->codec[0] == '\0')
-        return zm_err_set(err, -EINVAL, "codec= needs a value (none, zstd[:LEVEL], blosc[:CNAME[:LEVEL]])");
-    if (parse->chunk_size && (rc = zm__parse_size("chunk_size", parse->chunk_size, &config->chunk_bytes, err)))
+        return zm_err_set(err, -EINVAL,
+                          "codec= needs a value (none, zstd[:LEVEL], blosc[:CNAME[:LEVEL]])");
+    if (parse->chunk_size &&
+        (rc = zm__parse_size("chunk_size", parse->chunk_size, &config->chunk_bytes, err)))
         return rc;
-    if (parse->cache_size && (rc = zm__parse_size("cache_size", parse->cache_size, &config->cache_bytes, err)))
+    if (parse->cache_size &&
+        (rc = zm__parse_size("cache_size", parse->cache_size, &config->cache_bytes, err)))
         return rc;
     if (parse->threads && (rc = zm__parse_threads(parse->threads, &config->threads, err)))
         return rc;
@@ -204,15 +217,19 @@ int zm__fs_config_parse(int argc, char **argv, zm__fs_config *config, zm_err *er
     if (fuse_opt_parse(&args, &parse, zm__options, zm__option) != 0) {
         /* fuse_opt_parse says why itself for its own complaints (a -o
          * without a value); the caller captures that line. */
-        rc = err->code ? err->code : zm_err_set(err, -EINVAL, "bad command line (see zarrmount --help)");
+        rc = err->code ? err->code
+                       : zm_err_set(err, -EINVAL, "bad command line (see zarrmount --help)");
     }
     config->fuse_args = args;
     if (rc == 0 && !config->show_help && !config->show_version) {
         rc = zm__check_values(&parse, err);
         if (rc == 0 && config->source == NULL)
-            rc = zm_err_set(err, -EINVAL, "missing SOURCE and MOUNTPOINT (usage: zarrmount [options] SOURCE MOUNTPOINT)");
+            rc = zm_err_set(
+                err, -EINVAL,
+                "missing SOURCE and MOUNTPOINT (usage: zarrmount [options] SOURCE MOUNTPOINT)");
         else if (rc == 0 && config->mountpoint == NULL)
-            rc = zm_err_set(err, -EINVAL, "missing MOUNTPOINT (usage: zarrmount [options] SOURCE MOUNTPOINT)");
+            rc = zm_err_set(err, -EINVAL,
+                            "missing MOUNTPOINT (usage: zarrmount [options] SOURCE MOUNTPOINT)");
     }
     free(parse.codec);
     free(parse.cache_size);
@@ -252,7 +269,8 @@ int zm__fs_config_resolve(zm__fs_config *config, zm_err *err)
 
 /* Adds "-o NAME=VALUE" with VALUE's commas and backslashes escaped, as
  * fuse_opt splits -o lists on commas. */
-static int zm__add_named_option(struct fuse_args *args, int position, const char *name, const char *value)
+static int zm__add_named_option(struct fuse_args *args, int position, const char *name,
+                                const char *value)
 {
     size_t size = strlen(name) + strlen(value) + 2;
     char *option = malloc(size);
@@ -319,7 +337,7 @@ void zm__fs_print_help(FILE *out, const char *program)
             "                      (default blosc:zstd:1, byte shuffle: fast to decode,\n"
             "                      compresses counts well; zarr's own default codec family)\n"
             "  -o chunk_size=SIZE  raw bytes a chunk aims at (default 1M)\n"
-            "  -o cache_size=SIZE  memory kept for synthesized chunks (default 256M)\n"
+            "  -o cache_size=SIZE  memory kept for synthesized files (default 512M)\n"
             "  -o threads=N        threads that read and encode chunks, 1 to %u\n"
             "                      (default: one per core)\n"
             "  -o allow_other      let every user read the mount; files then carry SOURCE's\n"

@@ -16,25 +16,22 @@
 
 #include "zarrmount/error.h"
 
-/* What -o chunk_size and -o cache_size default to (docs/mount.md). */
-#define ZM__DEFAULT_CHUNK_BYTES (UINT64_C(1) << 20)
-#define ZM__DEFAULT_CACHE_BYTES (UINT64_C(256) << 20)
 #define ZM__MAX_THREADS 1024u
 
 typedef struct zm__fs_config {
-    char *source;            /* as given; absolute after zm__fs_config_resolve */
-    char *mountpoint;        /* likewise */
-    char *codec;             /* NULL: the default (blosc:zstd:1, byte shuffle) */
-    uint64_t cache_bytes;
-    uint64_t chunk_bytes;
-    unsigned threads;        /* decode threads; 0: one per core */
-    int foreground;          /* -f (and -d) */
-    int debug;               /* -d: log every request */
-    int allow_other;         /* -o allow_other */
-    int read_write_ignored;  /* -o rw was given; the mount is read-only anyway */
+    char *source;           /* as given; absolute after zm__fs_config_resolve */
+    char *mountpoint;       /* likewise */
+    char *codec;            /* NULL: the default (blosc:zstd:1, byte shuffle) */
+    uint64_t cache_bytes;   /* 0: the tree's default (512 MiB) */
+    uint64_t chunk_bytes;   /* 0: the tree's default (1 MiB) */
+    unsigned threads;       /* decode threads; 0: one per core */
+    int foreground;         /* -f (and -d) */
+    int debug;              /* -d: log every request */
+    int allow_other;        /* -o allow_other */
+    int read_write_ignored; /* -o rw was given; the mount is read-only anyway */
     int show_help;
     int show_version;
-    struct stat source_stat; /* after zm__fs_config_resolve */
+    struct stat source_stat;    /* after zm__fs_config_resolve */
     struct fuse_args fuse_args; /* argv[0] and the FUSE mount options to pass on */
 } zm__fs_config;
 

@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""The mount, as readers use it: for every source, mount it, and check that
+anndata.read_zarr of each view (full/, file/, uniform at several seeds and
+sizes, blocks with the default and an explicit B) equals anndata's reading
+of the source subset to the view's cells in its order; that zarr-python and
+dask.array.from_zarr read every array; that `cp -r` of a view reads back the
+same; that refused paths are ENOENT; and that two mounts of one source give
+byte-identical trees, for every codec. Every mount is unmounted in every
+outcome. Prints TAP.
+
+Needs ZM_BINARY, ZM_SOURCE_ROOT, ZM_SHARED_DATA. ZM_ONLY=substring limits the
+sources.
+"""
+import contextlib
+import errno
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import views  # noqa: E402
+
+import anndata  # noqa: E402
+import dask.array  # noqa: E402
+import xxhash  # noqa: E402
+import zarr  # noqa: E402
+
+ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
+SHARED = os.environ.get("ZM_SHARED_DATA", "../shared/data")
+results = []
+
+
+def check(name, ok, detail=""):
+    results.append((ok, name, detail))
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+@contextlib.contextmanager
+def mounted(source, *options):
+    """Mounts source in a new directory (foreground daemon); always unmounts."""
+    point = tempfile.mkdtemp(prefix="zm-mnt-")
+    args = [views.BINARY, source, point, "-f"]
+    for option in options:
+        args += ["-o", option]
+    log = tempfile.TemporaryFile()
+    daemon = subprocess.Popen(args, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 60
+        while not is_mounted(point):
+            if daemon.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"mount failed: {log.read().decode(errors='replace').strip()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("mount did not appear within 60 s")
+            time.sleep(0.05)
+        yield point
+    finally:
+        if is_mounted(point):
+            subprocess.run(["fusermount3", "-u", point], capture_output=True)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        if is_mounted(point):
+            subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True)
+        os.rmdir(point)
+        log.close()
+
+
+def sources():
+    files = []
+    for pattern in ("fixtures/sources/h5ad/*.h5ad", "fixtures/sources/filters/*.h5ad",
+                    "fixtures/sources/layouts/*.h5ad", "fixtures/sources/legacy/*.h5ad",
+                    "fixtures/sources/10x/*.h5", "fixtures/sources/loom/*.loom"):
+        files += sorted(glob.glob(os.path.join(ROOT, pattern)))
+    for pattern in ("h5ad/*.h5ad", "10x/*.h5", "loom/*.loom", "synthetic/*.h5ad", "synthetic/*.h5"):
+        files += sorted(glob.glob(os.path.join(SHARED, pattern)))
+    only = os.environ.get("ZM_ONLY")
+    return [f for f in files if not only or only in f]
+
+
+def read_every_array(store):
+    group = zarr.open_group(store, mode="r")
+    def walk(g):
+        for _, item in g.items():
+            if isinstance(item, zarr.Array):
+                item[...]
+                if item.dtype.kind not in "OUV" and item.ndim > 0:
+                    dask.array.from_zarr(item).compute()
+            else:
+                walk(item)
+    walk(group)
+
+
+def tree_digest(root):
+    """xxh3 of every file under root, by relative path."""
+    digests = {}
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as f:
+                digests[os.path.relpath(path, root)] = xxhash.xxh3_64_hexdigest(f.read())
+    return digests
+
+
+def check_source(path):
+    name = os.path.relpath(path, ROOT if path.startswith(ROOT) else SHARED)
+    info, view_list = views.views_for(path)
+    ref = views.reference(path)
+    with mounted(path) as point:
+        for view, method, seed, k, b in view_list:
+            label = f"{name} {view}"
+            try:
+                order = views.order_of(method, info["nObs"], seed, k, b)
+                got = anndata.read_zarr(os.path.join(point, view))
+                views.check_view(got, ref, order, "full" if view == "full" else method, info["nObs"])
+                read_every_array(os.path.join(point, view))
+                check(label, True)
+            except Exception as error:  # noqa: BLE001
+                check(label, False, str(error) if isinstance(error, views.Differ) else traceback.format_exc(limit=3))
+        # Refused and non-canonical paths do not exist.
+        bad = ["uniform/seed0/k=0", "uniform/seed4294967296/k=1", "uniform/seed01/k=1",
+               "uniform/seed0/k=01", "uniform/seed-1/k=1", "blocks/B=0/seed0/k=1", "nothing",
+               "uniform/seed0/k=1/no-such-element", "full/no-such-element/.zarray"]
+        for p in bad:
+            try:
+                os.stat(os.path.join(point, p))
+                check(f"{name} ENOENT for {p}", False, "exists")
+            except OSError as error:
+                check(f"{name} ENOENT for {p}", error.errno == errno.ENOENT, str(error))
+
+
+def copy_and_identity():
+    source = os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad")
+    info, _ = views.views_for(source)
+    ref = views.reference(source)
+    scratch = tempfile.mkdtemp(prefix="zm-copy-")
+    try:
+        with mounted(source) as point:
+            out = os.path.join(scratch, "out.zarr")
+            subprocess.run(["cp", "-r", os.path.join(point, "uniform/seed0/k=20"), out], check=True)
+            got = anndata.read_zarr(out)
+            views.check_view(got, ref, views.order_of("uniform", info["nObs"], 0, 20), "uniform", info["nObs"])
+            check("cp -r of a view reads back the same object", True)
+            sizes_ok = all(os.path.getsize(os.path.join(d, f)) == len(open(os.path.join(d, f), "rb").read())
+                           for d, _, fs in os.walk(os.path.join(point, "blocks/seed0/k=30")) for f in fs)
+            check("every file's size is exactly the bytes read", sizes_ok)
+        for codec in ("blosc:zstd:1", "blosc:lz4:5", "zstd:3", "none"):
+            trees = []
+            for _ in range(2):
+                with mounted(source, f"codec={codec}") as point:
+                    trees.append(tree_digest(os.path.join(point, "uniform/seed3/k=40")))
+            check(f"two mounts give byte-identical trees (codec {codec})", trees[0] == trees[1] and len(trees[0]) > 10)
+    except Exception:  # noqa: BLE001
+        check("copy and identity", False, traceback.format_exc(limit=3))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main():
+    for path in sources():
+        try:
+            check_source(path)
+        except Exception:  # noqa: BLE001
+            check(f"{path}: mount", False, traceback.format_exc(limit=3))
+    if not os.environ.get("ZM_ONLY"):
+        copy_and_identity()
+    print(f"1..{len(results)}")
+    for i, (ok, label, detail) in enumerate(results, 1):
+        print(f"{'ok' if ok else 'not ok'} {i} - {label}")
+        if not ok:
+            for line in str(detail).strip().splitlines()[-6:]:
+                print(f"# {line}")
+    return 0 if all(ok for ok, _, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
