@@ -69,6 +69,11 @@ struct zm_store_node {
     size_t value_size;        /* bytes per value (numbers) */
     int cell_columns;         /* CELL_ROWS of a dense obsp matrix: columns are cells too */
     size_t *field_sizes;      /* RECORDS: bytes of each field in a record */
+    /* A per-cell array in a reordered view, gathered whole in one pass over
+     * the source (each source chunk read once, in file order) the first
+     * time one of its chunks is asked for; chunks are then cut from it.
+     * Made by synth; freed with the view. */
+    struct zm_walk *walk;
     uint64_t grid[ZM_ZARR_MAX_RANK];
     /* groups */
     size_t child_count;
@@ -90,6 +95,8 @@ uint64_t zm_view_rows(const zm_view *view);
 const uint32_t *zm_view_order(const zm_view *view);
 zm_source *zm_view_source(const zm_view *view);
 const zm_view_spec *zm_view_get_spec(const zm_view *view);
+/* Whether the view's rows are the source's in file order (file/). */
+int zm_view_is_identity(const zm_view *view);
 /* The cell set digest of the view's cells. */
 const char *zm_view_digest(const zm_view *view);
 

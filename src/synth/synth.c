@@ -1,9 +1,76 @@
 /* The bytes of one chunk of a view's store. */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "zarrmount/synth.h"
+
+/* A whole per-cell array of a reordered view, gathered in one pass. The
+ * values live in an unlinked temporary file mapped in memory: the kernel
+ * keeps what fits in its page cache and writes the rest to disk, so a walk
+ * of an atlas-sized view never holds the array in our own memory. */
+struct zm_walk {
+    pthread_mutex_t mutex;
+    int state;      /* 0 not made, 1 made, −errno failed */
+    zm_err err;
+    uint8_t *bytes; /* the array's values, unpadded, C order */
+    size_t size;
+};
+
+static pthread_mutex_t walks_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void zm__walk_free(struct zm_walk *walk)
+{
+    if (walk == NULL)
+        return;
+    if (walk->bytes != NULL && walk->size > 0)
+        munmap(walk->bytes, walk->size);
+    pthread_mutex_destroy(&walk->mutex);
+    free(walk);
+}
+
+/* Where the temporary files go: $ZM_SPILL_DIR, $TMPDIR, then /var/tmp. */
+static const char *spill_directory(void)
+{
+    const char *dir = getenv("ZM_SPILL_DIR");
+    if (dir == NULL || *dir == '\0')
+        dir = getenv("TMPDIR");
+    return dir && *dir ? dir : "/var/tmp";
+}
+
+static uint8_t *spill_map(size_t size, zm_err *err)
+{
+    const char *dir = spill_directory();
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/zarrmount-walk-XXXXXX", dir);
+        fd = mkostemp(path, O_CLOEXEC);
+        if (fd >= 0)
+            unlink(path);
+    }
+    if (fd < 0) {
+        zm_err_set(err, -errno, "cannot make a spill file in %s: %s", dir, strerror(errno));
+        return NULL;
+    }
+    if (ftruncate(fd, (off_t)size) != 0) {
+        zm_err_set(err, -errno, "cannot size a %zu-byte spill file in %s: %s", size, dir, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        zm_err_set(err, -errno, "cannot map a %zu-byte spill file: %s", size, strerror(errno));
+        return NULL;
+    }
+    return map;
+}
 
 typedef struct pair {
     uint64_t source; /* source row (or range start) */
@@ -336,45 +403,12 @@ static int records_chunk(zm_view *view, const zm_store_node *node, uint64_t from
     return rc;
 }
 
-int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coords,
-                   uint8_t **raw, size_t *raw_size, size_t *typesize, zm_err *err)
+/* Values of rows [from, to) of an array node (numbers, not strings) into
+ * out, rows after rows. */
+static int fill_chunk(zm_view *view, const zm_store_node *node, uint64_t from, uint64_t to,
+                      uint8_t *out, zm_err *err)
 {
-    *raw = NULL;
-    *raw_size = 0;
-    const zm_zarr_array_meta *m = &node->meta;
-    *typesize = node->value_size ? node->value_size : 1;
     zm_source *source = zm_view_source(view);
-
-    /* Rows (along dimension 0) this chunk covers; other dimensions are whole. */
-    uint64_t chunk_rows = m->rank ? m->chunks[0] : 1;
-    uint64_t from = m->rank ? coords[0] * chunk_rows : 0;
-    uint64_t to = m->rank ? from + chunk_rows : 1;
-    if (m->rank && to > m->shape[0])
-        to = m->shape[0];
-    uint64_t per_row_values = 1;
-    for (unsigned d = 1; d < m->rank; d++)
-        per_row_values *= m->chunks[d];
-
-    if (node->producer == ZM_PRODUCE_CELL_STRINGS || node->producer == ZM_PRODUCE_STRINGS)
-        return strings_chunk(view, node, from, to, chunk_rows,
-                             node->producer == ZM_PRODUCE_CELL_STRINGS, raw, raw_size, err);
-
-    if (node->producer == ZM_PRODUCE_STRING_SCALAR) {
-        zm_strings s;
-        int rc = zm_array_read_strings(source, node->source, NULL, 0, &s, err);
-        if (rc != 0)
-            return rc;
-        size_t points;
-        rc = zm_utf32_encode(s.bytes, s.offsets[s.count > 0 ? 1 : 0], raw, raw_size, &points, err);
-        zm_strings_free(&s);
-        *typesize = 4;
-        return rc;
-    }
-
-    size_t bytes = (size_t)(chunk_rows * per_row_values * node->value_size);
-    uint8_t *out = calloc(bytes ? bytes : 1, 1); /* zero: the fill value */
-    if (out == NULL)
-        return zm_err_set(err, -ENOMEM, "out of memory for a %zu-byte chunk", bytes);
     int rc = 0;
     switch (node->producer) {
     case ZM_PRODUCE_CELL_ROWS:
@@ -423,6 +457,118 @@ int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coo
         break;
     default:
         rc = zm_err_set(err, -EINVAL, "internal error: unknown producer");
+    }
+    return rc;
+}
+
+/* Whether chunks of this array are cut from a one-pass gather of all of
+ * it: per-cell values in a reordered view, in more than one chunk (each
+ * chunk alone would touch nearly every source chunk). */
+static int walks(const zm_view *view, const zm_store_node *node)
+{
+    if (node->meta.rank == 0 || node->grid[0] < 2)
+        return 0;
+    if (node->producer == ZM_PRODUCE_CELL_ROWS)
+        return !zm_view_is_identity(view);
+    if (node->producer == ZM_PRODUCE_ENTRIES) {
+        zm_view_sparse_info s;
+        zm_err err;
+        zm_view_sparse_get((zm_view *)view, node->sparse, &s, &err);
+        return s.per_cell_rows || s.per_cell_columns;
+    }
+    return 0;
+}
+
+/* The array's walk, made on first use (one thread makes it; others wait). */
+static int walk_of(zm_view *view, const zm_store_node *node, struct zm_walk **out, zm_err *err)
+{
+    zm_store_node *n = (zm_store_node *)node;
+    pthread_mutex_lock(&walks_mutex);
+    if (n->walk == NULL) {
+        n->walk = calloc(1, sizeof *n->walk);
+        if (n->walk)
+            pthread_mutex_init(&n->walk->mutex, NULL);
+    }
+    struct zm_walk *w = n->walk;
+    pthread_mutex_unlock(&walks_mutex);
+    if (w == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    pthread_mutex_lock(&w->mutex);
+    if (w->state == 0) {
+        uint64_t per_row = node->value_size;
+        for (unsigned d = 1; d < node->meta.rank; d++)
+            per_row *= node->meta.shape[d];
+        w->size = (size_t)(node->meta.shape[0] * per_row);
+        zm_err_clear(&w->err);
+        w->bytes = w->size ? spill_map(w->size, &w->err) : NULL;
+        int rc = w->size && w->bytes == NULL ? w->err.code : 0;
+        if (rc == 0 && w->size)
+            rc = fill_chunk(view, node, 0, node->meta.shape[0], w->bytes, &w->err);
+        if (rc != 0 && w->bytes) {
+            munmap(w->bytes, w->size);
+            w->bytes = NULL;
+        }
+        w->state = rc == 0 ? 1 : rc;
+    }
+    int state = w->state;
+    if (state < 0 && err)
+        *err = w->err;
+    pthread_mutex_unlock(&w->mutex);
+    if (state < 0)
+        return state;
+    *out = w;
+    return 0;
+}
+
+int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coords,
+                   uint8_t **raw, size_t *raw_size, size_t *typesize, zm_err *err)
+{
+    *raw = NULL;
+    *raw_size = 0;
+    const zm_zarr_array_meta *m = &node->meta;
+    *typesize = node->value_size ? node->value_size : 1;
+    zm_source *source = zm_view_source(view);
+
+    /* Rows (along dimension 0) this chunk covers; other dimensions are whole. */
+    uint64_t chunk_rows = m->rank ? m->chunks[0] : 1;
+    uint64_t from = m->rank ? coords[0] * chunk_rows : 0;
+    uint64_t to = m->rank ? from + chunk_rows : 1;
+    if (m->rank && to > m->shape[0])
+        to = m->shape[0];
+    uint64_t per_row_values = 1;
+    for (unsigned d = 1; d < m->rank; d++)
+        per_row_values *= m->chunks[d];
+
+    if (node->producer == ZM_PRODUCE_CELL_STRINGS || node->producer == ZM_PRODUCE_STRINGS)
+        return strings_chunk(view, node, from, to, chunk_rows,
+                             node->producer == ZM_PRODUCE_CELL_STRINGS, raw, raw_size, err);
+
+    if (node->producer == ZM_PRODUCE_STRING_SCALAR) {
+        zm_strings s;
+        int rc = zm_array_read_strings(source, node->source, NULL, 0, &s, err);
+        if (rc != 0)
+            return rc;
+        size_t points;
+        rc = zm_utf32_encode(s.bytes, s.offsets[s.count > 0 ? 1 : 0], raw, raw_size, &points, err);
+        zm_strings_free(&s);
+        *typesize = 4;
+        return rc;
+    }
+
+    size_t bytes = (size_t)(chunk_rows * per_row_values * node->value_size);
+    uint8_t *out = calloc(bytes ? bytes : 1, 1); /* zero: the fill value */
+    if (out == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory for a %zu-byte chunk", bytes);
+    int rc;
+    if (walks(view, node)) {
+        struct zm_walk *w = NULL;
+        rc = walk_of(view, node, &w, err);
+        if (rc == 0) {
+            uint64_t row_bytes = per_row_values * node->value_size;
+            memcpy(out, w->bytes + from * row_bytes, (to - from) * row_bytes);
+        }
+    } else {
+        rc = fill_chunk(view, node, from, to, out, err);
     }
     if (rc != 0) {
         free(out);

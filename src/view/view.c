@@ -37,12 +37,16 @@ const uint32_t *zm_view_order(const zm_view *view) { return view->order; }
 zm_source *zm_view_source(const zm_view *view) { return view->source; }
 const zm_view_spec *zm_view_get_spec(const zm_view *view) { return &view->spec; }
 const char *zm_view_digest(const zm_view *view) { return view->digest; }
+int zm_view_is_identity(const zm_view *view) { return view->identity; }
 const zm_store_node *zm_view_root(const zm_view *view) { return view->root; }
+
+void zm__walk_free(struct zm_walk *walk); /* synth.c */
 
 static void node_free(zm_store_node *node)
 {
     if (node == NULL)
         return;
+    zm__walk_free(node->walk);
     for (size_t i = 0; i < node->child_count; i++)
         node_free(node->children[i]);
     free(node->children);

@@ -55,14 +55,19 @@ def main():
             except Exception as error:  # noqa: BLE001
                 results.append((False, f"{name}: setup", str(error)))
                 continue
-            for view, method, seed, k, b in view_list:
+            # Small chunks too: many chunks an array, cut from one-pass walks.
+            view_list = view_list + [(v, m, s_, k_, b_, "1024") for v, m, s_, k_, b_ in view_list
+                                     if v.startswith(("full", "blocks/B=3"))]
+            for entry in view_list:
+                view, method, seed, k, b = entry[:5]
+                chunk = entry[5] if len(entry) > 5 else None
                 out = os.path.join(scratch, "store")
                 shutil.rmtree(out, ignore_errors=True)
-                label = f"{name} {view}"
+                label = f"{name} {view}" + (f" (chunks of {chunk} bytes)" if chunk else "")
                 try:
                     views.run_json  # the binary is shared
-                    done = __import__("subprocess").run([views.BINARY, "export", path, view, out],
-                                                        capture_output=True, text=True, timeout=600)
+                    args = [views.BINARY, "export", path, view, out] + (["--chunk-size", chunk] if chunk else [])
+                    done = __import__("subprocess").run(args, capture_output=True, text=True, timeout=600)
                     if done.returncode != 0:
                         raise views.Differ(f"export failed: {done.stderr.strip()}")
                     order = views.order_of("file" if method == "file" else method, info["nObs"], seed, k, b)
