@@ -20,6 +20,7 @@ struct zm_walk {
     zm_err err;
     uint8_t *bytes; /* the array's values, unpadded, C order */
     size_t size;
+    zm_strings strings; /* a per-cell string array: every source value, read once */
 };
 
 static pthread_mutex_t walks_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -30,6 +31,7 @@ void zm__walk_free(struct zm_walk *walk)
         return;
     if (walk->bytes != NULL && walk->size > 0)
         munmap(walk->bytes, walk->size);
+    zm_strings_free(&walk->strings);
     pthread_mutex_destroy(&walk->mutex);
     free(walk);
 }
@@ -123,6 +125,63 @@ static int cell_rows(zm_view *view, const zm_array *array, uint64_t from, uint64
     return rc;
 }
 
+
+/* Items of the given rows (per_row items each) out of every value. */
+static int pick_strings(const zm_strings *all, const uint64_t *rows, uint64_t count, uint64_t per_row,
+                        zm_strings *out, zm_err *err)
+{
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < count; i++)
+        total += all->offsets[(rows[i] + 1) * per_row] - all->offsets[rows[i] * per_row];
+    out->count = count * per_row;
+    out->offsets = malloc((out->count + 1) * sizeof *out->offsets);
+    out->bytes = malloc(total + 1);
+    if (out->offsets == NULL || out->bytes == NULL) {
+        zm_strings_free(out);
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    }
+    uint64_t at = 0, item = 0;
+    for (uint64_t i = 0; i < count; i++)
+        for (uint64_t j = rows[i] * per_row; j < (rows[i] + 1) * per_row; j++) {
+            uint64_t n = all->offsets[j + 1] - all->offsets[j];
+            out->offsets[item++] = at;
+            memcpy(out->bytes + at, all->bytes + all->offsets[j], n);
+            at += n;
+        }
+    out->offsets[item] = at;
+    out->bytes[at] = '\0';
+    return 0;
+}
+
+static int string_walk_of(zm_view *view, const zm_store_node *node, struct zm_walk **out, zm_err *err)
+{
+    zm_store_node *n = (zm_store_node *)node;
+    pthread_mutex_lock(&walks_mutex);
+    if (n->walk == NULL) {
+        n->walk = calloc(1, sizeof *n->walk);
+        if (n->walk)
+            pthread_mutex_init(&n->walk->mutex, NULL);
+    }
+    struct zm_walk *w = n->walk;
+    pthread_mutex_unlock(&walks_mutex);
+    if (w == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    pthread_mutex_lock(&w->mutex);
+    if (w->state == 0) {
+        zm_err_clear(&w->err);
+        int rc = zm_array_read_strings(zm_view_source(view), node->source, NULL, 0, &w->strings, &w->err);
+        w->state = rc == 0 ? 1 : rc;
+    }
+    int state = w->state;
+    if (state < 0 && err)
+        *err = w->err;
+    pthread_mutex_unlock(&w->mutex);
+    if (state < 0)
+        return state;
+    *out = w;
+    return 0;
+}
+
 /* Strings of rows [from, to) (view order when per_cell), as vlen-utf8 of
  * `padded` rows (the rest empty). */
 static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from, uint64_t to,
@@ -138,8 +197,16 @@ static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from
     for (uint64_t i = 0; rc == 0 && i < count; i++)
         rows[i] = per_cell ? pairs[i].source : from + i;
     zm_strings got = {0};
-    if (rc == 0 && count > 0)
+    struct zm_walk *w = NULL;
+    if (rc == 0 && count > 0 && per_cell && node->grid[0] > 1) {
+        /* Many chunks of random rows each: read every value once (a string
+         * column is small beside the matrices) and pick from it. */
+        rc = string_walk_of(view, node, &w, err);
+        if (rc == 0)
+            rc = pick_strings(&w->strings, rows, count, per_row, &got, err);
+    } else if (rc == 0 && count > 0) {
         rc = zm_array_read_strings(zm_view_source(view), node->source, rows, count, &got, err);
+    }
     /* Put items in view order, then pad with empty strings. */
     uint64_t items = padded * per_row;
     uint64_t *offsets = malloc((items + 1) * sizeof *offsets);

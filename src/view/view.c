@@ -149,6 +149,14 @@ static int select_cells(zm_view *view, zm_err *err)
 
 /* ---- Sparse layout ----------------------------------------------------------- */
 
+static int compare_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void zm__sort_u32(uint32_t *values, uint64_t n) { qsort(values, n, sizeof *values, compare_u32); }
+
 static int read_int64s(zm_source *source, const zm_array *array, int64_t **out, zm_err *err)
 {
     const zm_array_info *info = zm_array_describe(array);
@@ -174,6 +182,50 @@ static int read_int64s(zm_source *source, const zm_array *array, int64_t **out, 
     return 0;
 }
 
+/* The pointers of the view's cells only (m and m + 1 for each kept major
+ * m, every other entry 0): a subsample reads the indptr chunks its cells lie
+ * in, not the whole pointer array. */
+static int read_pointers_of(zm_view *view, const zm_array *indptr, uint64_t majors, int64_t **out,
+                            zm_err *err)
+{
+    const zm_array_info *info = zm_array_describe(indptr);
+    uint64_t n = view->rows;
+    uint64_t *rows = malloc(2 * (n ? n : 1) * sizeof *rows);
+    uint32_t *sorted = malloc((n ? n : 1) * sizeof *sorted);
+    int64_t *pointers = calloc(majors + 1, sizeof *pointers);
+    uint8_t *raw = malloc(2 * (n ? n : 1) * info->dtype.size);
+    int rc = rows && sorted && pointers && raw ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
+    if (rc == 0) {
+        memcpy(sorted, view->order, n * sizeof *sorted);
+        zm__sort_u32(sorted, n);
+    }
+    uint64_t count = 0;
+    for (uint64_t i = 0; rc == 0 && i < n; i++) {
+        if (count == 0 || rows[count - 1] < sorted[i])
+            rows[count++] = sorted[i];
+        rows[count++] = (uint64_t)sorted[i] + 1;
+    }
+    if (rc == 0)
+        rc = zm_array_gather_rows(view->source, indptr, rows, count, raw, err);
+    for (uint64_t i = 0; rc == 0 && i < count; i++) {
+        uint64_t u = 0;
+        memcpy(&u, raw + i * info->dtype.size, info->dtype.size);
+        if (info->dtype.type_class == ZM_TYPE_INT && info->dtype.size < 8 &&
+            (u >> (info->dtype.size * 8 - 1)) & 1)
+            u |= ~0ULL << (info->dtype.size * 8);
+        pointers[rows[i]] = (int64_t)u;
+    }
+    free(rows);
+    free(sorted);
+    free(raw);
+    if (rc != 0) {
+        free(pointers);
+        return rc;
+    }
+    *out = pointers;
+    return 0;
+}
+
 /* Lays out a sparse matrix in the view: which majors, in which order, and
  * how many entries each keeps. */
 static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **out, zm_err *err)
@@ -189,7 +241,9 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
         s->major_is_cell = s->minor_is_cell = 0; /* every cell, in file order */
     uint64_t source_majors = csr ? e->shape[0] : e->shape[1];
     s->majors = s->major_is_cell ? view->rows : source_majors;
-    int rc = read_int64s(view->source, e->indptr, &s->source_indptr, err);
+    int rc = s->major_is_cell && s->majors < source_majors
+                 ? read_pointers_of(view, e->indptr, source_majors, &s->source_indptr, err)
+                 : read_int64s(view->source, e->indptr, &s->source_indptr, err);
     s->indptr = rc == 0 ? malloc((s->majors + 1) * sizeof *s->indptr) : NULL;
     if (rc == 0 && s->indptr == NULL)
         rc = zm_err_set(err, -ENOMEM, "out of memory laying out %s", e->path);

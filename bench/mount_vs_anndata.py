@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""The mount against anndata, side by side in one run, on the synthetic
+1,000,000-cell file (gzip-4 chunked; bench/make_synthetic_h5ad.py):
+
+ (a) a uniform 1% view read with anndata.read_zarr through a fresh mount, vs
+     anndata's backed mode subsetting the same cells (read_h5ad(backed="r")
+     [rows].to_memory());
+ (b) a cold walk of full/ (every file read: tar cf - full | wc -c), vs
+     anndata.read_h5ad + write_zarr of the whole object;
+ (c) a warm re-read of a view (every file), vs the same tree copied to tmpfs;
+ (d) the source bytes the daemon reads for blocks/seed0/k=1% (its rchar), vs
+     1% of X's stored bytes.
+Prints each time and ratio and checks the targets: (a) >= 3x, (b) >= 2x,
+(c) >= 0.7x, (d) <= 1.5x.
+
+Usage: bench/mount_vs_anndata.py [BUILD_DIR] [--data DIR]
+"""
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def is_mounted(path):
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == os.path.realpath(path) for line in f)
+
+
+@contextlib.contextmanager
+def mounted(binary, source, *options):
+    point = tempfile.mkdtemp(prefix="zm-bench-")
+    args = [binary, source, point, "-f"] + [a for o in options for a in ("-o", o)]
+    daemon = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not is_mounted(point):
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("mount failed")
+            time.sleep(0.05)
+        yield point, daemon.pid
+    finally:
+        subprocess.run(["fusermount3", "-u", point], capture_output=True)
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+        if is_mounted(point):
+            subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True)
+        os.rmdir(point)
+
+
+def rchar(pid):
+    with open(f"/proc/{pid}/io") as f:
+        for line in f:
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    return 0
+
+
+def python(code, *args):
+    t = time.perf_counter()
+    out = subprocess.run(["/usr/bin/python3", "-c", code, *args], check=True, capture_output=True, text=True).stdout
+    return time.perf_counter() - t, out
+
+
+def read_tree(root):
+    total = 0
+    for directory, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(directory, name), "rb") as f:
+                total += len(f.read())
+    return total
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("build", nargs="?", default="build/release")
+    p.add_argument("--data", default=os.environ.get("ZM_BENCH_DATA", "/var/tmp/zarrmount-bench"))
+    a = p.parse_args()
+    binary = os.path.join(a.build, "zarrmount")
+    source = os.path.join(a.data, "synthetic-1M-gzip4.h5ad")
+    if not os.path.exists(source):
+        os.makedirs(a.data, exist_ok=True)
+        subprocess.run(["/usr/bin/python3", os.path.join(HERE, "make_synthetic_h5ad.py"), a.data], check=True)
+    with open(source, "rb") as f:  # warm the source, as every run below reads it warm
+        while f.read(1 << 24):
+            pass
+    info = json.loads(subprocess.run([binary, "inspect", source, "--json"], check=True, capture_output=True,
+                                     text=True).stdout)
+    n = info["nObs"]
+    k = n // 100
+    results = []
+
+    # (a) uniform 1%: read_zarr through a fresh mount vs backed-mode subsetting.
+    order = json.loads(subprocess.run([binary, "select"], input=json.dumps(
+        {"method": "uniform", "n": n, "k": k, "seed": 0, "summary": False}), check=True,
+        capture_output=True, text=True).stdout)["positions"]
+    rows_file = os.path.join(a.data, "rows-a.json")
+    with open(rows_file, "w") as f:
+        json.dump(order, f)
+    with mounted(binary, source) as (point, _):
+        ours, out = python("import sys,warnings;warnings.simplefilter('ignore');import anndata;"
+                           "a=anndata.read_zarr(sys.argv[1]);print(a.X.nnz)", f"{point}/uniform/seed0/k={k}")
+    theirs, out2 = python("import sys,json,warnings;warnings.simplefilter('ignore');import anndata;"
+                          "a=anndata.read_h5ad(sys.argv[1],backed='r');r=json.load(open(sys.argv[2]));"
+                          "b=a[r].to_memory();print(b.X.nnz)", source, rows_file)
+    # Interpreter and import start-up is in both; it is the same cost.
+    results.append(("(a) uniform 1% read_zarr via mount vs backed subsetting", ours, theirs, theirs / ours, ">= 3", theirs / ours >= 3))
+
+    # (b) a cold walk of full/ vs read_h5ad + write_zarr.
+    with mounted(binary, source) as (point, _):
+        t = time.perf_counter()
+        walked = subprocess.run(f"cd {point} && tar cf - full | wc -c", shell=True, check=True,
+                                capture_output=True, text=True).stdout.strip()
+        ours = time.perf_counter() - t
+    out_dir = tempfile.mkdtemp(prefix="zm-bench-write-", dir=a.data)
+    try:
+        theirs, _ = python("import sys,warnings;warnings.simplefilter('ignore');import anndata;"
+                           "anndata.read_h5ad(sys.argv[1]).write_zarr(sys.argv[2])", source, out_dir + "/out.zarr")
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    results.append((f"(b) cold walk of full/ ({int(walked) / 2**20:.0f} MiB) vs read_h5ad + write_zarr", ours, theirs, theirs / ours, ">= 2", theirs / ours >= 2))
+
+    # (c) a warm re-read of a view vs the same tree copied to tmpfs.
+    view = f"uniform/seed0/k={n // 10}"
+    shm = tempfile.mkdtemp(prefix="zm-bench-", dir="/dev/shm")
+    try:
+        with mounted(binary, source) as (point, _):
+            read_tree(os.path.join(point, view))            # cold: made once
+            t = time.perf_counter()
+            size = read_tree(os.path.join(point, view))     # warm
+            ours = time.perf_counter() - t
+            shutil.copytree(os.path.join(point, view), os.path.join(shm, "copy"))
+        read_tree(os.path.join(shm, "copy"))
+        t = time.perf_counter()
+        read_tree(os.path.join(shm, "copy"))
+        theirs = time.perf_counter() - t
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+    results.append((f"(c) warm re-read of {view} ({size / 2**20:.0f} MiB) vs tmpfs copy", ours, theirs, theirs / ours, ">= 0.7", theirs / ours >= 0.7))
+
+    # (d) source bytes read for blocks/seed0/k=1% vs 1% of X's stored bytes.
+    x = info["elements"]
+    stored = 0
+    for child in x["children"]:
+        if child["path"] == "X":
+            stored = sum(child[p]["storageBytes"] for p in ("data", "indices", "indptr"))
+    with mounted(binary, source) as (point, pid):
+        before = rchar(pid)
+        read_tree(os.path.join(point, f"blocks/seed0/k={k}/X"))
+        used = rchar(pid) - before
+    ratio = used / (stored / 100)
+    results.append((f"(d) source bytes for blocks/seed0/k={k}/X: {used / 2**20:.1f} MiB vs 1% of X's {stored / 2**20:.0f} MiB",
+                    used / 2**20, stored / 100 / 2**20, ratio, "<= 1.5", ratio <= 1.5))
+
+    for text, ours, theirs, ratio, target, ok in results:
+        unit = "MiB" if text.startswith("(d)") else "s"
+        print(f"{'PASS' if ok else 'MISS'}  {text}: zarrmount {ours:.3f} {unit}, peer {theirs:.3f} {unit}, "
+              f"ratio {ratio:.2f} (target {target})")
+    return 0 if all(r[-1] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
