@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "fs/tree.h"
 #include "zarrmount/cache.h"
@@ -49,6 +50,13 @@ struct zm_tree {
     size_map sizes;
     char *info;          /* .zarrmount/info.json */
     size_t info_size;
+    uint64_t cache_bytes;
+    /* Encoding ahead: the arrays being (or made) encoded in the background,
+     * their shared states, and the threads still at it (close waits). */
+    struct ahead **ahead;
+    size_t ahead_count;
+    int ahead_running;
+    unsigned ahead_threads;
 };
 
 /* ---- Sizes ----------------------------------------------------------------- */
@@ -454,13 +462,130 @@ static int known_size(zm_tree *t, const place *w, uint64_t *size)
     return 1;
 }
 
-static int with_file(zm_tree *t, zm_view *view, const char *full_path, const place *w,
-                     zm_cache_ref *ref, zm_err *err)
+static int file_in_cache(zm_tree *t, zm_view *view, const char *full_path, const place *w,
+                         zm_cache_ref *ref, zm_err *err)
 {
     struct make_context c = {t, view, w};
     int rc = zm_cache_get(t->files, path_key(full_path), make_file, &c, ref, err);
     if (rc == 0)
         size_put(t, path_key(full_path), ref->size);
+    return rc;
+}
+
+/* ---- Encoding ahead --------------------------------------------------------------- */
+
+/* Once a walked array's values are gathered (one pass over the source), its
+ * chunks still have to be encoded one by one, and readers like tar or cp ask
+ * for them one at a time. Threads encode the array's chunks ahead into the
+ * cache meanwhile (a reader asking for one being made waits for it: the
+ * cache is single flight), so a walk uses every core. */
+struct ahead {
+    zm_tree *tree;
+    char key[128];            /* the view */
+    char store_path[1024];    /* the array in the view */
+    const zm_store_node *node;
+    uint64_t chunks;
+    _Atomic uint64_t next;
+};
+
+static void *encode_ahead(void *context)
+{
+    struct ahead *a = context;
+    zm_tree *t = a->tree;
+    target tg;
+    zm_err err;
+    zm_view *view = NULL;
+    if (parse_path(t, a->key, &tg, &err) == 0 && view_get(t, &tg, &view, &err) == 0) {
+        for (uint64_t c; (c = a->next++) < a->chunks;) {
+            place w;
+            memset(&w, 0, sizeof w);
+            w.node = a->node;
+            w.file = F_CHUNK;
+            uint64_t rest = c;
+            for (int d = (int)a->node->meta.rank - 1; d >= 0; d--) {
+                w.coords[d] = rest % a->node->grid[d];
+                rest /= a->node->grid[d];
+            }
+            snprintf(w.store_path, sizeof w.store_path, "%s", a->store_path);
+            char chunk[ZM_ZARR_CHUNK_KEY_MAX], path[1400];
+            zm_zarr_chunk_key(a->node->meta.rank, w.coords, chunk, sizeof chunk);
+            snprintf(path, sizeof path, "%s/%s/%s", a->key, a->store_path, chunk);
+            zm_cache_ref ref;
+            if (file_in_cache(t, view, path, &w, &ref, &err) != 0)
+                break;
+            zm_cache_release(t->files, &ref);
+        }
+        view_release(t, view);
+    }
+    pthread_mutex_lock(&t->mutex);
+    t->ahead_running--;
+    pthread_cond_broadcast(&t->changed);
+    pthread_mutex_unlock(&t->mutex);
+    return NULL;
+}
+
+static void start_ahead(zm_tree *t, const char *key, const place *w)
+{
+    const zm_store_node *node = w->node;
+    uint64_t chunks = 1, raw = node->value_size;
+    for (unsigned d = 0; d < node->meta.rank; d++) {
+        chunks *= node->grid[d];
+        raw *= node->meta.shape[d];
+    }
+    /* Only arrays made by a walk, and only what the cache can hold encoded
+     * (taken as half the raw size, a low estimate of what the codecs give
+     * on single-cell values); a larger array is encoded as it is read. */
+    if (t->codec.kind == ZM_CODEC_NONE || node->walk == NULL || chunks < 4 || raw / 2 > t->cache_bytes)
+        return;
+    pthread_mutex_lock(&t->mutex);
+    for (size_t i = 0; i < t->ahead_count; i++)
+        if (t->ahead[i]->node == node) {
+            pthread_mutex_unlock(&t->mutex);
+            return;
+        }
+    struct ahead **list = realloc(t->ahead, (t->ahead_count + 1) * sizeof *list);
+    struct ahead *a = list ? calloc(1, sizeof *a) : NULL;
+    if (list)
+        t->ahead = list;
+    if (a == NULL) {
+        pthread_mutex_unlock(&t->mutex);
+        return;
+    }
+    t->ahead[t->ahead_count++] = a;
+    a->tree = t;
+    snprintf(a->key, sizeof a->key, "%s", key);
+    snprintf(a->store_path, sizeof a->store_path, "%s", w->store_path);
+    a->node = node;
+    a->chunks = chunks;
+    a->next = 0;
+    for (unsigned i = 0; i < t->ahead_threads; i++) {
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        t->ahead_running++;
+        if (pthread_create(&thread, &attr, encode_ahead, a) != 0)
+            t->ahead_running--;
+        pthread_attr_destroy(&attr);
+    }
+    pthread_mutex_unlock(&t->mutex);
+}
+
+static int with_file(zm_tree *t, zm_view *view, const char *full_path, const place *w,
+                     zm_cache_ref *ref, zm_err *err)
+{
+    int rc = file_in_cache(t, view, full_path, w, ref, err);
+    if (rc == 0 && w->file == F_CHUNK && w->node->walk != NULL) {
+        /* full_path is "<view key>/<store path>/<chunk key>". */
+        const char *chunk = strrchr(full_path, '/');
+        size_t tail = strlen(w->store_path) + strlen(chunk) + 1;
+        size_t length = strlen(full_path);
+        if (chunk && length > tail && length - tail < 128) {
+            char key[128];
+            snprintf(key, sizeof key, "%.*s", (int)(length - tail), full_path);
+            start_ahead(t, key, w);
+        }
+    }
     return rc;
 }
 
@@ -696,6 +821,9 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     pthread_cond_init(&t->changed, NULL);
     t->source_path = strdup(options->source);
     t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : (1u << 20);
+    t->cache_bytes = options->cache_bytes ? options->cache_bytes : DEFAULT_FILE_CACHE_BYTES;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    t->ahead_threads = cores > 1 ? (unsigned)cores : 1;
     int rc = 0;
     if (options->codec)
         rc = zm_codec_parse(options->codec, &t->codec, err);
@@ -749,6 +877,13 @@ void zm__tree_close(zm_tree *t)
 {
     if (t == NULL)
         return;
+    pthread_mutex_lock(&t->mutex);
+    while (t->ahead_running > 0)
+        pthread_cond_wait(&t->changed, &t->mutex);
+    pthread_mutex_unlock(&t->mutex);
+    for (size_t i = 0; i < t->ahead_count; i++)
+        free(t->ahead[i]);
+    free(t->ahead);
     for (size_t i = 0; i < t->view_count; i++) {
         zm_view_free(t->views[i].view);
         free(t->views[i].key);
