@@ -175,7 +175,10 @@ static int pick_strings(const zm_strings *all, const uint64_t *rows, uint64_t co
     return 0;
 }
 
-static int string_walk_of(zm_view *view, const zm_store_node *node, struct zm_walk **out, zm_err *err)
+static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w);
+
+/* The array's walk, made on first use: one thread makes it, others wait. */
+static int walk_of(zm_view *view, const zm_store_node *node, struct zm_walk **out, zm_err *err)
 {
     zm_store_node *n = (zm_store_node *)node;
     pthread_mutex_lock(&walks_mutex);
@@ -191,7 +194,7 @@ static int string_walk_of(zm_view *view, const zm_store_node *node, struct zm_wa
     pthread_mutex_lock(&w->mutex);
     if (w->state == 0) {
         zm_err_clear(&w->err);
-        int rc = zm_array_read_strings(zm_view_source(view), node->source, NULL, 0, &w->strings, &w->err);
+        int rc = make_walk(view, node, w);
         w->state = rc == 0 ? 1 : rc;
     }
     int state = w->state;
@@ -223,7 +226,7 @@ static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from
     if (rc == 0 && count > 0 && per_cell && node->grid[0] > 1) {
         /* Many chunks of random rows each: read every value once (a string
          * column is small beside the matrices) and pick from it. */
-        rc = string_walk_of(view, node, &w, err);
+        rc = walk_of(view, node, &w, err);
         if (rc == 0)
             rc = pick_strings(&w->strings, rows, count, per_row, &got, err);
     } else if (rc == 0 && count > 0) {
@@ -568,45 +571,26 @@ static int walks(const zm_view *view, const zm_store_node *node)
     return 0;
 }
 
-/* The array's walk, made on first use (one thread makes it; others wait). */
-static int walk_of(zm_view *view, const zm_store_node *node, struct zm_walk **out, zm_err *err)
+/* Gathers the whole array: strings as they are stored (picked per chunk),
+ * numbers in view order into a mapped buffer. */
+static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w)
 {
-    zm_store_node *n = (zm_store_node *)node;
-    pthread_mutex_lock(&walks_mutex);
-    if (n->walk == NULL) {
-        n->walk = calloc(1, sizeof *n->walk);
-        if (n->walk)
-            pthread_mutex_init(&n->walk->mutex, NULL);
+    if (node->producer == ZM_PRODUCE_CELL_STRINGS)
+        return zm_array_read_strings(zm_view_source(view), node->source, NULL, 0, &w->strings,
+                                     &w->err);
+    uint64_t per_row = node->value_size;
+    for (unsigned d = 1; d < node->meta.rank; d++)
+        per_row *= node->meta.shape[d];
+    w->size = (size_t)(node->meta.shape[0] * per_row);
+    w->bytes = w->size ? spill_map(w->size, &w->err) : NULL;
+    int rc = w->size && w->bytes == NULL ? w->err.code : 0;
+    if (rc == 0 && w->size)
+        rc = fill_chunk(view, node, 0, node->meta.shape[0], w->bytes, &w->err);
+    if (rc != 0 && w->bytes) {
+        munmap(w->bytes, w->size);
+        w->bytes = NULL;
     }
-    struct zm_walk *w = n->walk;
-    pthread_mutex_unlock(&walks_mutex);
-    if (w == NULL)
-        return zm_err_set(err, -ENOMEM, "out of memory");
-    pthread_mutex_lock(&w->mutex);
-    if (w->state == 0) {
-        uint64_t per_row = node->value_size;
-        for (unsigned d = 1; d < node->meta.rank; d++)
-            per_row *= node->meta.shape[d];
-        w->size = (size_t)(node->meta.shape[0] * per_row);
-        zm_err_clear(&w->err);
-        w->bytes = w->size ? spill_map(w->size, &w->err) : NULL;
-        int rc = w->size && w->bytes == NULL ? w->err.code : 0;
-        if (rc == 0 && w->size)
-            rc = fill_chunk(view, node, 0, node->meta.shape[0], w->bytes, &w->err);
-        if (rc != 0 && w->bytes) {
-            munmap(w->bytes, w->size);
-            w->bytes = NULL;
-        }
-        w->state = rc == 0 ? 1 : rc;
-    }
-    int state = w->state;
-    if (state < 0 && err)
-        *err = w->err;
-    pthread_mutex_unlock(&w->mutex);
-    if (state < 0)
-        return state;
-    *out = w;
-    return 0;
+    return rc;
 }
 
 int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coords,

@@ -4,7 +4,6 @@ mount serves), read back with anndata.read_zarr, equals anndata's reading
 of the source subset to the view's cells in the view's order. Also zarr-python
 reads every array. Prints TAP.
 """
-import glob
 import os
 import shutil
 import sys
@@ -22,14 +21,7 @@ SHARED = os.environ.get("ZM_SHARED_DATA", "../shared/data")
 
 
 def sources():
-    files = []
-    for pattern in ("fixtures/sources/h5ad/*.h5ad", "fixtures/sources/filters/*.h5ad",
-                    "fixtures/sources/layouts/*.h5ad", "fixtures/sources/legacy/*.h5ad",
-                    "fixtures/sources/10x/*.h5", "fixtures/sources/loom/*.loom"):
-        files += sorted(glob.glob(os.path.join(ROOT, pattern)))
-    for pattern in ("h5ad/*.h5ad", "10x/*.h5", "loom/*.loom", "synthetic/*.h5ad", "synthetic/*.h5"):
-        files += sorted(glob.glob(os.path.join(SHARED, pattern)))
-    return files
+    return views.sources()
 
 
 def every_array(group, prefix=""):
@@ -44,11 +36,8 @@ def main():
     results = []
     scratch = tempfile.mkdtemp(prefix="zm-export-")
     try:
-        only = os.environ.get("ZM_ONLY")
         for path in sources():
-            if only and only not in path:
-                continue
-            name = os.path.relpath(path, ROOT if path.startswith(ROOT) else SHARED)
+            name = views.display_name(path)
             try:
                 info, view_list = views.views_for(path)
                 ref = views.reference(path)

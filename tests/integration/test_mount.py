@@ -13,7 +13,6 @@ sources.
 """
 import contextlib
 import errno
-import glob
 import os
 import shutil
 import subprocess
@@ -79,15 +78,7 @@ def mounted(source, *options):
 
 
 def sources():
-    files = []
-    for pattern in ("fixtures/sources/h5ad/*.h5ad", "fixtures/sources/filters/*.h5ad",
-                    "fixtures/sources/layouts/*.h5ad", "fixtures/sources/legacy/*.h5ad",
-                    "fixtures/sources/10x/*.h5", "fixtures/sources/loom/*.loom"):
-        files += sorted(glob.glob(os.path.join(ROOT, pattern)))
-    for pattern in ("h5ad/*.h5ad", "10x/*.h5", "loom/*.loom", "synthetic/*.h5ad", "synthetic/*.h5"):
-        files += sorted(glob.glob(os.path.join(SHARED, pattern)))
-    only = os.environ.get("ZM_ONLY")
-    return [f for f in files if not only or only in f]
+    return views.sources()
 
 
 def read_every_array(store):
@@ -115,7 +106,7 @@ def tree_digest(root):
 
 
 def check_source(path):
-    name = os.path.relpath(path, ROOT if path.startswith(ROOT) else SHARED)
+    name = views.display_name(path)
     info, view_list = views.views_for(path)
     ref = views.reference(path)
     with mounted(path) as point:

@@ -50,6 +50,29 @@ def order_of(method, n, seed=0, k=None, block_size=None):
     return np.array(run_json(["select"], json.dumps(request))["order"], dtype=np.int64)
 
 
+def sources():
+    """Every source the integration tests read: the fixtures and shared/data
+    (ZM_ONLY=substring keeps the ones whose path has it)."""
+    import glob
+    root = os.environ.get("ZM_SOURCE_ROOT", ".")
+    shared = os.environ.get("ZM_SHARED_DATA", "../shared/data")
+    files = []
+    for pattern in ("fixtures/sources/h5ad/*.h5ad", "fixtures/sources/filters/*.h5ad",
+                    "fixtures/sources/layouts/*.h5ad", "fixtures/sources/legacy/*.h5ad",
+                    "fixtures/sources/10x/*.h5", "fixtures/sources/loom/*.loom"):
+        files += sorted(glob.glob(os.path.join(root, pattern)))
+    for pattern in ("h5ad/*.h5ad", "10x/*.h5", "loom/*.loom", "synthetic/*.h5ad", "synthetic/*.h5"):
+        files += sorted(glob.glob(os.path.join(shared, pattern)))
+    only = os.environ.get("ZM_ONLY")
+    return [f for f in files if not only or only in f]
+
+
+def display_name(path):
+    root = os.environ.get("ZM_SOURCE_ROOT", ".")
+    shared = os.environ.get("ZM_SHARED_DATA", "../shared/data")
+    return os.path.relpath(path, root if path.startswith(root) else shared)
+
+
 def views_for(path):
     """(view path, method, seed, k, B) to check for a source."""
     info = run_json(["inspect", path, "--json"])
