@@ -16,8 +16,6 @@ import views  # noqa: E402
 import anndata  # noqa: E402
 import zarr  # noqa: E402
 
-ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
-SHARED = os.environ.get("ZM_SHARED_DATA", "../shared/data")
 
 
 def sources():
