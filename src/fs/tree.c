@@ -462,13 +462,47 @@ static int known_size(zm_tree *t, const place *w, uint64_t *size)
     return 1;
 }
 
+/* The cache key of a file. uniform and blocks are nested: under one seed
+ * (and block size) the first cells of every size are the same cells in the
+ * same order, so a chunk of per-cell values that lies wholly inside a view's
+ * cells is the same bytes in every larger view of that seed (full/ is
+ * uniform at seed 0): such chunks are keyed without k and kept once.
+ * Chunks whose values depend on the whole kept set (graphs and CSC matrices
+ * renumbered over the kept cells, dense obsp) and the last, padded chunk
+ * are keyed by their path. */
+static uint64_t file_key(zm_view *view, const char *full_path, const place *w)
+{
+    const zm_store_node *n = w->node;
+    const zm_view_spec *spec = zm_view_get_spec(view);
+    if (w->file != F_CHUNK || spec->kind == ZM_VIEW_FILE || n->meta.rank == 0 || n->cell_columns ||
+        (w->coords[0] + 1) * n->meta.chunks[0] > n->meta.shape[0])
+        return path_key(full_path);
+    if (n->producer == ZM_PRODUCE_ENTRIES) {
+        zm_view_sparse_info s;
+        zm_err err;
+        if (zm_view_sparse_get(view, n->sparse, &s, &err) != 0 || s.per_cell_columns)
+            return path_key(full_path);
+    }
+    char key[1600], chunk[ZM_ZARR_CHUNK_KEY_MAX];
+    zm_zarr_chunk_key(n->meta.rank, w->coords, chunk, sizeof chunk);
+    size_t at = (size_t)snprintf(key, sizeof key, "nested|%s|%u|%" PRIu64 "|%s|%s|",
+                                 spec->kind == ZM_VIEW_BLOCKS ? "blocks" : "uniform",
+                                 spec->kind == ZM_VIEW_FULL ? 0 : spec->seed,
+                                 spec->kind == ZM_VIEW_BLOCKS ? spec->block_size : 0, w->store_path,
+                                 chunk);
+    for (unsigned d = 0; d < n->meta.rank && at < sizeof key; d++)
+        at += (size_t)snprintf(key + at, sizeof key - at, "%" PRIu64 ",", n->meta.chunks[d]);
+    return path_key(key);
+}
+
 static int file_in_cache(zm_tree *t, zm_view *view, const char *full_path, const place *w,
                          zm_cache_ref *ref, zm_err *err)
 {
     struct make_context c = {t, view, w};
-    int rc = zm_cache_get(t->files, path_key(full_path), make_file, &c, ref, err);
+    uint64_t key = file_key(view, full_path, w);
+    int rc = zm_cache_get(t->files, key, make_file, &c, ref, err);
     if (rc == 0)
-        size_put(t, path_key(full_path), ref->size);
+        size_put(t, key, ref->size);
     return rc;
 }
 
@@ -623,7 +657,7 @@ int zm__tree_lookup(zm_tree *t, const char *path, zm_node *node, zm_err *err)
     if (rc == 0 && w.file != F_NONE) {
         node->kind = ZM_NODE_FILE;
         uint64_t size;
-        if (known_size(t, &w, &size) || size_get(t, path_key(path), &size)) {
+        if (known_size(t, &w, &size) || size_get(t, file_key(view, path, &w), &size)) {
             node->size = size;
         } else {
             zm_cache_ref ref;

@@ -147,6 +147,21 @@ def copy_and_identity():
             sizes_ok = all(os.path.getsize(os.path.join(d, f)) == len(open(os.path.join(d, f), "rb").read())
                            for d, _, fs in os.walk(os.path.join(point, "blocks/seed0/k=30")) for f in fs)
             check("every file's size is exactly the bytes read", sizes_ok)
+        # Nested views share their chunks (kept once): with small chunks,
+        # smaller and larger views of one seed, and full/, all read right.
+        with mounted(source, "chunk_size=256") as point:
+            for view, method, seed, k in (("uniform/seed0/k=50", "uniform", 0, 50),
+                                          ("uniform/seed0/k=20", "uniform", 0, 20),
+                                          ("full", "full", 0, info["nObs"]),
+                                          ("blocks/B=4/seed2/k=40", "blocks", 2, 40),
+                                          ("blocks/B=4/seed2/k=13", "blocks", 2, 13)):
+                got = anndata.read_zarr(os.path.join(point, view))
+                order = views.order_of("uniform" if method == "full" else method, info["nObs"], seed, k, 4)
+                try:
+                    views.check_view(got, ref, order, method, info["nObs"])
+                    check(f"nested views with shared chunks: {view}", True)
+                except views.Differ as error:
+                    check(f"nested views with shared chunks: {view}", False, str(error))
         for codec in ("blosc:zstd:1", "blosc:lz4:5", "zstd:3", "none"):
             trees = []
             for _ in range(2):
