@@ -477,10 +477,13 @@ static uint64_t file_key(zm_view *view, const char *full_path, const place *w)
     if (w->file != F_CHUNK || spec->kind == ZM_VIEW_FILE || n->meta.rank == 0 || n->cell_columns ||
         (w->coords[0] + 1) * n->meta.chunks[0] > n->meta.shape[0])
         return path_key(full_path);
-    if (n->producer == ZM_PRODUCE_ENTRIES) {
+    if (n->producer == ZM_PRODUCE_ENTRIES || n->producer == ZM_PRODUCE_INDPTR) {
+        /* Only a matrix whose rows are the cells and whose columns are not:
+         * a CSC matrix's pointers count the kept cells of each gene. */
         zm_view_sparse_info s;
         zm_err err;
-        if (zm_view_sparse_get(view, n->sparse, &s, &err) != 0 || s.per_cell_columns)
+        if (zm_view_sparse_get(view, n->sparse, &s, &err) != 0 || !s.per_cell_rows ||
+            s.per_cell_columns)
             return path_key(full_path);
     }
     char key[1600], chunk[ZM_ZARR_CHUNK_KEY_MAX];

@@ -47,7 +47,7 @@ def is_mounted(path):
 @contextlib.contextmanager
 def mounted(source, *options):
     """Mounts source in a new directory (foreground daemon); always unmounts."""
-    point = tempfile.mkdtemp(prefix="zm-mnt-")
+    point = tempfile.mkdtemp(prefix="zm-mnt-", dir=os.environ.get("ZM_MOUNT_PARENT"))
     args = [views.BINARY, source, point, "-f"]
     for option in options:
         args += ["-o", option]
