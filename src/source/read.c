@@ -658,6 +658,33 @@ int zm_array_gather_ranges(zm_source *source, const zm_array *array, const zm_ra
     return read_ranges(source, array, ranges, count, out, err);
 }
 
+int zm_strings_pick(const zm_strings *all, const uint64_t *rows, size_t count, uint64_t per_row,
+                    zm_strings *out, zm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += all->offsets[(rows[i] + 1) * per_row] - all->offsets[rows[i] * per_row];
+    out->count = count * per_row;
+    out->offsets = malloc((out->count + 1) * sizeof *out->offsets);
+    out->bytes = malloc(total + 1);
+    if (out->offsets == NULL || out->bytes == NULL) {
+        zm_strings_free(out);
+        return zm_err_set(err, -ENOMEM, "out of memory picking %zu strings", count);
+    }
+    uint64_t at = 0, item = 0;
+    for (size_t i = 0; i < count; i++)
+        for (uint64_t j = rows[i] * per_row; j < (rows[i] + 1) * per_row; j++) {
+            uint64_t n = all->offsets[j + 1] - all->offsets[j];
+            out->offsets[item++] = at;
+            memcpy(out->bytes + at, all->bytes + all->offsets[j], n);
+            at += n;
+        }
+    out->offsets[item] = at;
+    out->bytes[at] = '\0';
+    return 0;
+}
+
 /* Writes code point c as UTF-8 at out; returns the bytes written. */
 static size_t put_utf8(char *out, uint32_t c)
 {
@@ -763,34 +790,17 @@ static int read_strings_raw(zm_source *source, zm_array *array, const uint64_t *
     for (unsigned d = 1; d < array->info.rank; d++)
         per_row *= array->info.shape[d];
     if (array->info.data_path == ZM_PATH_MEMORY) {
-        const zm_strings *all = &array->memory_strings;
-        size_t items = rows ? count * per_row : all->count;
-        out->count = items;
-        out->offsets = malloc((items + 1) * sizeof *out->offsets);
-        uint64_t total = 0;
-        for (size_t i = 0; i < (rows ? count : row_count(array)); i++) {
-            uint64_t row = rows ? rows[i] : i;
-            total += all->offsets[(row + 1) * per_row] - all->offsets[row * per_row];
-        }
-        out->bytes = malloc(total + 1);
-        if (out->offsets == NULL || out->bytes == NULL) {
-            zm_strings_free(out);
+        if (rows != NULL)
+            return zm_strings_pick(&array->memory_strings, rows, count, per_row, out, err);
+        uint64_t all_rows = row_count(array);
+        uint64_t *every = malloc((all_rows ? all_rows : 1) * sizeof *every);
+        if (every == NULL)
             return zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
-        }
-        uint64_t at = 0;
-        size_t item = 0;
-        for (size_t i = 0; i < (rows ? count : row_count(array)); i++) {
-            uint64_t row = rows ? rows[i] : i;
-            for (uint64_t j = row * per_row; j < (row + 1) * per_row; j++) {
-                uint64_t n = all->offsets[j + 1] - all->offsets[j];
-                out->offsets[item++] = at;
-                memcpy(out->bytes + at, all->bytes + all->offsets[j], n);
-                at += n;
-            }
-        }
-        out->offsets[item] = at;
-        out->bytes[at] = '\0';
-        return 0;
+        for (uint64_t i = 0; i < all_rows; i++)
+            every[i] = i;
+        int rc = zm_strings_pick(&array->memory_strings, every, all_rows, per_row, out, err);
+        free(every);
+        return rc;
     }
     if (rows == NULL)
         return zm__h5_read_strings(source, array, NULL, 0, out, err);

@@ -148,33 +148,6 @@ static int cell_rows(zm_view *view, const zm_array *array, uint64_t from, uint64
 }
 
 
-/* Items of the given rows (per_row items each) out of every value. */
-static int pick_strings(const zm_strings *all, const uint64_t *rows, uint64_t count, uint64_t per_row,
-                        zm_strings *out, zm_err *err)
-{
-    uint64_t total = 0;
-    for (uint64_t i = 0; i < count; i++)
-        total += all->offsets[(rows[i] + 1) * per_row] - all->offsets[rows[i] * per_row];
-    out->count = count * per_row;
-    out->offsets = malloc((out->count + 1) * sizeof *out->offsets);
-    out->bytes = malloc(total + 1);
-    if (out->offsets == NULL || out->bytes == NULL) {
-        zm_strings_free(out);
-        return zm_err_set(err, -ENOMEM, "out of memory");
-    }
-    uint64_t at = 0, item = 0;
-    for (uint64_t i = 0; i < count; i++)
-        for (uint64_t j = rows[i] * per_row; j < (rows[i] + 1) * per_row; j++) {
-            uint64_t n = all->offsets[j + 1] - all->offsets[j];
-            out->offsets[item++] = at;
-            memcpy(out->bytes + at, all->bytes + all->offsets[j], n);
-            at += n;
-        }
-    out->offsets[item] = at;
-    out->bytes[at] = '\0';
-    return 0;
-}
-
 static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w);
 
 /* The array's walk, made on first use: one thread makes it, others wait. */
@@ -228,7 +201,7 @@ static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from
          * column is small beside the matrices) and pick from it. */
         rc = walk_of(view, node, &w, err);
         if (rc == 0)
-            rc = pick_strings(&w->strings, rows, count, per_row, &got, err);
+            rc = zm_strings_pick(&w->strings, rows, count, per_row, &got, err);
     } else if (rc == 0 && count > 0) {
         rc = zm_array_read_strings(zm_view_source(view), node->source, rows, count, &got, err);
     }
