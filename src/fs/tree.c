@@ -57,6 +57,7 @@ struct zm_tree {
     size_t ahead_count;
     int ahead_running;
     unsigned ahead_threads;
+    _Atomic int closing;      /* encoding ahead stops at its next chunk */
 };
 
 /* ---- Sizes ----------------------------------------------------------------- */
@@ -533,7 +534,7 @@ static void *encode_ahead(void *context)
     zm_err err;
     zm_view *view = NULL;
     if (parse_path(t, a->key, &tg, &err) == 0 && view_get(t, &tg, &view, &err) == 0) {
-        for (uint64_t c; (c = a->next++) < a->chunks;) {
+        for (uint64_t c; !t->closing && (c = a->next++) < a->chunks;) {
             place w;
             memset(&w, 0, sizeof w);
             w.node = a->node;
@@ -572,7 +573,8 @@ static void start_ahead(zm_tree *t, const char *key, const place *w)
     /* Only arrays made by a walk, and only what the cache can hold encoded
      * (taken as half the raw size, a low estimate of what the codecs give
      * on single-cell values); a larger array is encoded as it is read. */
-    if (t->codec.kind == ZM_CODEC_NONE || node->walk == NULL || chunks < 4 || raw / 2 > t->cache_bytes)
+    if (t->closing || t->codec.kind == ZM_CODEC_NONE || node->walk == NULL || chunks < 4 ||
+        raw / 2 > t->cache_bytes)
         return;
     pthread_mutex_lock(&t->mutex);
     for (size_t i = 0; i < t->ahead_count; i++)
@@ -914,6 +916,7 @@ void zm__tree_close(zm_tree *t)
 {
     if (t == NULL)
         return;
+    t->closing = 1;
     pthread_mutex_lock(&t->mutex);
     while (t->ahead_running > 0)
         pthread_cond_wait(&t->changed, &t->mutex);
