@@ -17,4 +17,8 @@
 int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coords,
                    uint8_t **raw, size_t *raw_size, size_t *typesize, zm_err *err);
 
+/* Whether an array's chunks are cut from a one-pass walk of all of it
+ * (per-cell values of a reordered view, in more than one chunk). */
+int zm_synth_walks(const zm_view *view, const zm_store_node *node);
+
 #endif

@@ -524,7 +524,48 @@ struct ahead {
     const zm_store_node *node;
     uint64_t chunks;
     _Atomic uint64_t next;
+    int handed_on;            /* the next array's walk was started (under the tree's mutex) */
 };
+
+static void start_ahead(zm_tree *t, const char *key, const place *w);
+
+/* The array that follows node in the store's order (depth first) and is
+ * walked, not walked yet; its store path into path. */
+static const zm_store_node *next_walk(zm_view *view, const zm_store_node *node, char *path,
+                                      size_t size)
+{
+    /* Depth-first over the store, remembering paths. */
+    struct frame {
+        const zm_store_node *node;
+        size_t child;
+        size_t length;
+    } stack[64];
+    char current[1024] = "";
+    int depth = 0, seen = 0;
+    stack[0] = (struct frame){zm_view_root(view), 0, 0};
+    while (depth >= 0) {
+        struct frame *f = &stack[depth];
+        if (f->child == f->node->child_count) {
+            depth--;
+            continue;
+        }
+        const zm_store_node *c = f->node->children[f->child++];
+        size_t length = f->length;
+        int n = snprintf(current + length, sizeof current - length, "%s%s", length ? "/" : "", c->name);
+        if (n < 0 || (size_t)n >= sizeof current - length)
+            continue;
+        if (c->is_array) {
+            if (seen && c->walk == NULL && zm_synth_walks(view, c)) {
+                snprintf(path, size, "%s", current);
+                return c;
+            }
+            seen |= c == node;
+        } else if (depth + 1 < 64) {
+            stack[++depth] = (struct frame){c, 0, length + (size_t)n};
+        }
+    }
+    return NULL;
+}
 
 static void *encode_ahead(void *context)
 {
@@ -552,6 +593,33 @@ static void *encode_ahead(void *context)
             if (file_in_cache(t, view, path, &w, &ref, &err) != 0)
                 break;
             zm_cache_release(t->files, &ref);
+        }
+        /* This array is done: walk the next one ahead of the reader (one
+         * thread does; it then encodes that one ahead too). */
+        char next_path[1024];
+        const zm_store_node *next = NULL;
+        pthread_mutex_lock(&t->mutex);
+        int first_done = a->next >= a->chunks && !a->handed_on;
+        if (first_done)
+            a->handed_on = 1;
+        pthread_mutex_unlock(&t->mutex);
+        if (first_done && !t->closing)
+            next = next_walk(view, a->node, next_path, sizeof next_path);
+        if (next != NULL) {
+            place w;
+            memset(&w, 0, sizeof w);
+            w.node = next;
+            w.file = F_CHUNK;
+            snprintf(w.store_path, sizeof w.store_path, "%s", next_path);
+            char chunk[ZM_ZARR_CHUNK_KEY_MAX], path[1400];
+            zm_zarr_chunk_key(next->meta.rank, w.coords, chunk, sizeof chunk);
+            snprintf(path, sizeof path, "%s/%s/%s", a->key, next_path, chunk);
+            zm_cache_ref ref;
+            /* Making chunk 0 walks the array; encoding its others starts. */
+            if (file_in_cache(t, view, path, &w, &ref, &err) == 0) {
+                zm_cache_release(t->files, &ref);
+                start_ahead(t, a->key, &w);
+            }
         }
         view_release(t, view);
     }

@@ -529,7 +529,7 @@ static int fill_chunk(zm_view *view, const zm_store_node *node, uint64_t from, u
 /* Whether chunks of this array are cut from a one-pass gather of all of
  * it: per-cell values in a reordered view, in more than one chunk (each
  * chunk alone would touch nearly every source chunk). */
-static int walks(const zm_view *view, const zm_store_node *node)
+int zm_synth_walks(const zm_view *view, const zm_store_node *node)
 {
     if (node->meta.rank == 0 || node->grid[0] < 2)
         return 0;
@@ -606,7 +606,7 @@ int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coo
     if (out == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory for a %zu-byte chunk", bytes);
     int rc;
-    if (walks(view, node)) {
+    if (zm_synth_walks(view, node)) {
         struct zm_walk *w = NULL;
         rc = walk_of(view, node, &w, err);
         if (rc == 0) {
