@@ -22,4 +22,10 @@ int zm__element_name_index(zm_element *dataframe);
 /* Takes a named child out of a dict (the caller owns it), or NULL. */
 zm_element *zm__element_take_child(zm_element *parent, const char *name);
 
+/* The axes of the standard parts of a root (X, layers, obs, obsm, var,
+ * varm, obsp, varp); raw is set by the reader that has it. */
+void zm__set_root_axes(zm_element *root);
+/* Item i of a string set as a NUL-terminated string in buffer. */
+const char *zm__string_at(const zm_strings *strings, size_t i, char *buffer, size_t size);
+
 #endif

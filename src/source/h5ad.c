@@ -23,12 +23,6 @@ typedef struct reader {
     zm_err *err;
 } reader;
 
-static const char *string_at(const zm_strings *s, size_t i, char *buffer, size_t size)
-{
-    size_t n = s->offsets[i + 1] - s->offsets[i];
-    snprintf(buffer, size, "%.*s", (int)n, s->bytes + s->offsets[i]);
-    return buffer;
-}
 
 static int fail_oom(reader *r, const char *what)
 {
@@ -267,7 +261,7 @@ static int dataframe_group(reader *r, const char *h5path, const char *parent, co
         columns.count = 0;
     for (size_t i = 0; rc == 0 && i < columns.count; i++) {
         char column[512];
-        string_at(&columns, i, column, sizeof column);
+        zm__string_at(&columns, i, column, sizeof column);
         snprintf(path, sizeof path, "%s/%s", h5path, column);
         zm_element *c = NULL;
         if (!zm__h5_exists(r->file, path)) {
@@ -317,7 +311,7 @@ static int dict_group(reader *r, const char *h5path, const char *parent, const c
     }
     for (size_t i = 0; rc == 0 && i < names.count; i++) {
         char child[512], path[1024];
-        string_at(&names, i, child, sizeof child);
+        zm__string_at(&names, i, child, sizeof child);
         snprintf(path, sizeof path, "%s/%s", strcmp(h5path, "/") == 0 ? "" : h5path, child);
         zm_element *c = NULL;
         rc = read_any(r, path, dict->path, child, &c);
@@ -347,7 +341,7 @@ static int records_dataset(reader *r, const char *h5path, const char *parent, co
     int rc = e ? 0 : fail_oom(r, h5path);
     for (size_t i = 0; rc == 0 && i < members.count; i++) {
         char member[512];
-        string_at(&members, i, member, sizeof member);
+        zm__string_at(&members, i, member, sizeof member);
         zm_element *c = NULL;
         rc = dataset_element(r, h5path, member, e->path, member, &c);
         if (rc == 0 && (c->rank != 1 || zm__element_add_child(e, c) != 0)) {
@@ -484,7 +478,7 @@ static int legacy_dataframe(reader *r, const char *h5path, const char *parent, c
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < members.count; i++) {
         char member[512];
-        string_at(&members, i, member, sizeof member);
+        zm__string_at(&members, i, member, sizeof member);
         int is_index = strcmp(member, "index") == 0 || strcmp(member, "_index") == 0;
         zm_element *c = NULL;
         rc = dataset_element(r, h5path, member, df->path, member, &c);
@@ -563,7 +557,7 @@ static int legacy_mapping(reader *r, const char *h5path, const char *parent, con
     }
     for (size_t i = 0; rc == 0 && i < members.count; i++) {
         char member[512];
-        string_at(&members, i, member, sizeof member);
+        zm__string_at(&members, i, member, sizeof member);
         zm_element *c = NULL;
         rc = dataset_element(r, h5path, member, dict->path, member, &c);
         if (rc == 0) {

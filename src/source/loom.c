@@ -295,8 +295,7 @@ static int axis_attrs(zm_source *source, const char *h5group, const char *index_
     int rc = zm__h5_list(source->file, h5group, &names);
     for (size_t i = 0; rc == 0 && i < names.count; i++) {
         char key[512], path[1024];
-        snprintf(key, sizeof key, "%.*s", (int)(names.offsets[i + 1] - names.offsets[i]),
-                 names.bytes + names.offsets[i]);
+        zm__string_at(&names, i, key, sizeof key);
         snprintf(path, sizeof path, "%s/%s", h5group, key);
         if (zm__h5_object_type(source->file, path) != H5O_TYPE_DATASET)
             continue;
@@ -403,8 +402,7 @@ int zm__read_loom(zm_source *source, zm_err *err)
             rc = zm__h5_list(source->file, kinds[k][0], &names);
         for (size_t i = 0; rc == 0 && i < names.count; i++) {
             char key[512], path[1024];
-            snprintf(key, sizeof key, "%.*s", (int)(names.offsets[i + 1] - names.offsets[i]),
-                     names.bytes + names.offsets[i]);
+            zm__string_at(&names, i, key, sizeof key);
             snprintf(path, sizeof path, "%s/%s", kinds[k][0], key);
             zm_element *e = NULL;
             if (k == 0) {
@@ -433,19 +431,6 @@ int zm__read_loom(zm_source *source, zm_err *err)
     zm__hdf5_unlock();
     if (rc != 0)
         return rc;
-    /* Axes. */
-    for (size_t i = 0; i < root->child_count; i++) {
-        zm_element *e = root->children[i];
-        zm_axis first = ZM_AXIS_OBS, second = ZM_AXIS_NONE;
-        if (!strcmp(e->name, "X") || !strcmp(e->name, "layers"))
-            second = ZM_AXIS_VAR;
-        else if (!strcmp(e->name, "var") || !strcmp(e->name, "varm"))
-            first = ZM_AXIS_VAR;
-        else if (!strcmp(e->name, "obsp"))
-            second = ZM_AXIS_OBS;
-        else if (!strcmp(e->name, "varp"))
-            first = second = ZM_AXIS_VAR;
-        zm__set_axes(e, first, second);
-    }
+    zm__set_root_axes(root);
     return 0;
 }

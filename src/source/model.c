@@ -200,3 +200,27 @@ zm_element *zm__element_take_child(zm_element *parent, const char *name)
     }
     return NULL;
 }
+
+void zm__set_root_axes(zm_element *root)
+{
+    static const struct {
+        const char *name;
+        zm_axis first, second;
+    } parts[] = {
+        {"X", ZM_AXIS_OBS, ZM_AXIS_VAR},      {"layers", ZM_AXIS_OBS, ZM_AXIS_VAR},
+        {"obs", ZM_AXIS_OBS, ZM_AXIS_NONE},   {"obsm", ZM_AXIS_OBS, ZM_AXIS_NONE},
+        {"var", ZM_AXIS_VAR, ZM_AXIS_NONE},   {"varm", ZM_AXIS_VAR, ZM_AXIS_NONE},
+        {"obsp", ZM_AXIS_OBS, ZM_AXIS_OBS},   {"varp", ZM_AXIS_VAR, ZM_AXIS_VAR},
+    };
+    for (size_t i = 0; i < root->child_count; i++)
+        for (size_t j = 0; j < sizeof parts / sizeof parts[0]; j++)
+            if (strcmp(root->children[i]->name, parts[j].name) == 0)
+                zm__set_axes(root->children[i], parts[j].first, parts[j].second);
+}
+
+const char *zm__string_at(const zm_strings *s, size_t i, char *buffer, size_t size)
+{
+    size_t n = s->offsets[i + 1] - s->offsets[i];
+    snprintf(buffer, size, "%.*s", (int)n, s->bytes + s->offsets[i]);
+    return buffer;
+}

@@ -42,8 +42,7 @@ static int extra_columns(zm_source *source, zm_element *df, const char *group, u
     int rc = zm__h5_list(source->file, group, &names);
     for (size_t i = 0; rc == 0 && i < names.count; i++) {
         char key[512], path[1024];
-        snprintf(key, sizeof key, "%.*s", (int)(names.offsets[i + 1] - names.offsets[i]),
-                 names.bytes + names.offsets[i]);
+        zm__string_at(&names, i, key, sizeof key);
         int skip = 0;
         for (size_t t = 0; t < sizeof taken / sizeof taken[0]; t++)
             skip |= strcmp(key, taken[t]) == 0;
@@ -215,12 +214,6 @@ int zm__read_10x(zm_source *source, zm_err *err)
     zm__hdf5_unlock();
     if (rc != 0)
         return rc;
-    for (size_t i = 0; i < root->child_count; i++) {
-        zm_element *e = root->children[i];
-        if (!strcmp(e->name, "X"))
-            zm__set_axes(e, ZM_AXIS_OBS, ZM_AXIS_VAR);
-        else
-            zm__set_axes(e, !strcmp(e->name, "var") ? ZM_AXIS_VAR : ZM_AXIS_OBS, ZM_AXIS_NONE);
-    }
+    zm__set_root_axes(root);
     return 0;
 }
