@@ -17,6 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -37,11 +40,16 @@
 #define ZM__EXIT_FAILURE 1
 #define ZM__EXIT_REFUSED 2
 
-/* Nothing in a mount ever changes (a changed source makes open() fail with
- * EIO instead), so the kernel may keep what it learnt for a day. */
+/* Nothing in a mount ever changes (a changed source makes reads fail with
+ * EIO instead, and the watcher drops what the kernel keeps), so the kernel
+ * may keep what it learnt for a day. */
 #define ZM__CACHE_SECONDS 86400.0
-/* st_blksize, the I/O size stdio and cp use: one default readahead. */
-#define ZM__BLOCK_SIZE 131072
+/* st_blksize: the buffer stdio and Python allocate for each open file. At
+ * 128 KiB glibc maps and unmaps it on every open (its mmap threshold), which
+ * made opening a small cached file eight times slower than on tmpfs; cp
+ * reads 128 KiB at a time whatever this says, and the kernel's readahead
+ * does not depend on it. */
+#define ZM__BLOCK_SIZE 65536
 /* Worker threads of the session loop: requests block while a chunk is
  * synthesized, so allow many; keep 10 idle ones around between bursts. */
 #define ZM__LOOP_THREADS      64
@@ -67,6 +75,22 @@ typedef struct zm__fs {
     mode_t directory_mode; /* and of directories */
     pthread_mutex_t handles_lock;
     zm__handle handles; /* the list's head */
+    /* The kernel can do without open and release (FUSE_NO_OPEN_SUPPORT):
+     * the first open answers ENOSYS and no file open costs a round trip
+     * again; reads then come without a handle and find their path by inode. */
+    atomic_int no_open;
+    /* Likewise for directories (FUSE_NO_OPENDIR_SUPPORT): readdir then
+     * comes without a handle, and the last listing is kept here (its refs
+     * count this slot and each readdir using it) so that the readdirs of one
+     * large directory do not list it again each time. */
+    atomic_int no_opendir;
+    pthread_mutex_t listing_lock;
+    struct zm__dir *listing;
+    /* The source watcher: a change drops every page the kernel keeps. */
+    struct fuse_session *session;
+    pthread_t watcher;
+    int watching;
+    int watcher_stop[2]; /* a pipe: written to stop the watcher */
 } zm__fs;
 
 /* An open file: its path, so that reads go to the tree without the table. */
@@ -86,6 +110,7 @@ typedef struct zm__dir_entry {
 
 typedef struct zm__dir {
     zm__handle handle;
+    unsigned refs; /* a kept listing (no opendir): users, the slot included */
     char *path;
     uint64_t inode;
     uint64_t parent_inode;
@@ -268,7 +293,13 @@ static void zm__handles_free_all(zm__fs *fs)
 
 static void zm__op_init(void *userdata, struct fuse_conn_info *conn)
 {
-    (void)userdata;
+    zm__fs *fs = userdata;
+    /* Files need no open: their identity check is made on every read that
+     * reaches the daemon, and the watcher drops cached pages on a change. */
+    if (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT)
+        atomic_store(&fs->no_open, 1);
+    if (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT)
+        atomic_store(&fs->no_opendir, 1);
     /* Reads of one file may be answered out of order: files are independent
      * of each other and of their own earlier pages. */
     if (conn->capable & FUSE_CAP_ASYNC_READ)
@@ -329,7 +360,9 @@ static void zm__op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     zm_err err;
     zm_err_clear(&err);
     zm_node node;
-    rc = zm__tree_lookup(fs->tree, path, &node, &err);
+    rc = zm__tree_check_source(fs->tree, &err);
+    if (rc == 0)
+        rc = zm__tree_lookup(fs->tree, path, &node, &err);
     if (rc == 0 && node.kind != ZM_NODE_DIRECTORY && node.size == ZM_SIZE_UNKNOWN)
         rc = zm_err_set(&err, -EIO, "%s: the tree gave no size", path);
     if (rc == -ENOENT) {
@@ -466,6 +499,14 @@ static void zm__op_open(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info 
     zm_err_clear(&err);
     rc = node.kind == ZM_NODE_DIRECTORY ? zm_err_set(&err, -EISDIR, "a directory")
                                         : zm__tree_check_source(fs->tree, &err);
+    if (rc == 0 && atomic_load(&fs->no_open)) {
+        /* The kernel opens every file from now on by itself, keeping pages
+         * across opens (FOPEN_KEEP_CACHE is what it assumes). */
+        ZM__TRACE(fs, req, "open %s: no open needed from now on", path);
+        free(path);
+        fuse_reply_err(req, ENOSYS);
+        return;
+    }
     zm__file *file = rc == 0 ? zm__file_new(path) : NULL;
     if (rc == 0 && file == NULL)
         rc = -ENOMEM;
@@ -490,11 +531,25 @@ static void zm__op_open(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info 
 static void zm__op_read(fuse_req_t req, fuse_ino_t inode, size_t size, off_t offset,
                         struct fuse_file_info *fi)
 {
-    (void)inode;
     zm__fs *fs = zm__fs_of(req);
-    const char *path = ((const zm__file *)(uintptr_t)fi->fh)->path;
-    if (offset < 0) {
-        zm__reply_failure(fs, req, "read", path, -EINVAL, NULL);
+    char *owned = NULL; /* the path, when the kernel opened without us */
+    const char *path;
+    if (fi->fh != 0) {
+        path = ((const zm__file *)(uintptr_t)fi->fh)->path;
+    } else {
+        int found = zm__inodes_get(fs->inodes, inode, &owned, NULL);
+        if (found != 0) {
+            zm__reply_failure(fs, req, "read", "(unknown inode)", found, NULL);
+            return;
+        }
+        path = owned;
+    }
+    zm_err err;
+    zm_err_clear(&err);
+    int rc = offset < 0 ? -EINVAL : zm__tree_check_source(fs->tree, &err);
+    if (rc != 0) {
+        zm__reply_failure(fs, req, "read", path, rc, &err);
+        free(owned);
         return;
     }
     /* Up to ZM__MAX_READ bytes; after the first, glibc serves blocks this
@@ -502,12 +557,11 @@ static void zm__op_read(fuse_req_t req, fuse_ino_t inode, size_t size, off_t off
     char *buffer = malloc(size > 0 ? size : 1);
     if (buffer == NULL) {
         zm__reply_failure(fs, req, "read", path, -ENOMEM, NULL);
+        free(owned);
         return;
     }
     size_t done = 0;
-    zm_err err;
-    zm_err_clear(&err);
-    int rc = zm__tree_read(fs->tree, path, (uint64_t)offset, size, buffer, &done, &err);
+    rc = zm__tree_read(fs->tree, path, (uint64_t)offset, size, buffer, &done, &err);
     if (rc != 0) {
         zm__reply_failure(fs, req, "read", path, rc, &err);
     } else {
@@ -516,6 +570,7 @@ static void zm__op_read(fuse_req_t req, fuse_ino_t inode, size_t size, off_t off
         fuse_reply_buf(req, buffer, done);
     }
     free(buffer);
+    free(owned);
 }
 
 static void zm__op_release(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info *fi)
@@ -523,9 +578,11 @@ static void zm__op_release(fuse_req_t req, fuse_ino_t inode, struct fuse_file_in
     (void)inode;
     zm__fs *fs = zm__fs_of(req);
     zm__file *file = (zm__file *)(uintptr_t)fi->fh;
-    ZM__TRACE(fs, req, "release %s", file->path);
-    zm__handle_remove(fs, &file->handle);
-    free(file);
+    if (file != NULL) { /* none when the kernel opened without us */
+        ZM__TRACE(fs, req, "release %s", file->path);
+        zm__handle_remove(fs, &file->handle);
+        free(file);
+    }
     fuse_reply_err(req, 0);
 }
 
@@ -589,6 +646,14 @@ static void zm__op_opendir(fuse_req_t req, fuse_ino_t inode, struct fuse_file_in
         zm__dir_free(dir);
         return;
     }
+    if (atomic_load(&fs->no_opendir)) {
+        /* The kernel opens directories by itself from now on and keeps
+         * their listings (FOPEN_CACHE_DIR is what it assumes). */
+        ZM__TRACE(fs, req, "opendir %s: no opendir needed from now on", zm__shown(dir->path));
+        zm__dir_free(dir);
+        fuse_reply_err(req, ENOSYS);
+        return;
+    }
     dir->inode = inode;
     dir->parent_inode = zm__parent_inode(fs, dir->path);
     dir->handle.is_directory = 1;
@@ -650,11 +715,72 @@ static int zm__add_entry(zm__fs *fs, fuse_req_t req, const zm__dir *dir, size_t 
     return rc;
 }
 
-static void zm__readdir(fuse_req_t req, size_t size, off_t offset, struct fuse_file_info *fi,
-                        int plus)
+static void zm__listing_put(zm__fs *fs, zm__dir *dir)
+{
+    pthread_mutex_lock(&fs->listing_lock);
+    int last = --dir->refs == 0;
+    pthread_mutex_unlock(&fs->listing_lock);
+    if (last)
+        zm__dir_free(dir);
+}
+
+/* The listing of a directory the kernel opened without us: the kept one if
+ * it is of this inode, else a new one, kept in its place. NULL with *rc set
+ * (replied) on failure. */
+static zm__dir *zm__listing_get(zm__fs *fs, fuse_req_t req, fuse_ino_t inode, int *rc)
+{
+    pthread_mutex_lock(&fs->listing_lock);
+    zm__dir *dir = fs->listing;
+    if (dir && dir->inode == inode) {
+        dir->refs++;
+        pthread_mutex_unlock(&fs->listing_lock);
+        return dir;
+    }
+    pthread_mutex_unlock(&fs->listing_lock);
+    dir = calloc(1, sizeof *dir);
+    zm_node node;
+    *rc = dir ? zm__inodes_get(fs->inodes, inode, &dir->path, &node) : -ENOMEM;
+    if (*rc == 0 && node.kind != ZM_NODE_DIRECTORY)
+        *rc = -ENOTDIR;
+    zm_err err;
+    zm_err_clear(&err);
+    if (*rc == 0 && (*rc = zm__tree_list(fs->tree, dir->path, zm__collect, dir, &err)) != 0) {
+        zm__reply_failure(fs, req, "list", dir->path, *rc, &err);
+        zm__dir_free(dir);
+        return NULL;
+    }
+    if (*rc != 0) {
+        zm__reply_failure(fs, req, "readdir", dir && dir->path ? dir->path : "(unknown inode)",
+                          *rc, NULL);
+        zm__dir_free(dir);
+        return NULL;
+    }
+    dir->inode = inode;
+    dir->parent_inode = zm__parent_inode(fs, dir->path);
+    dir->listed = 1;
+    dir->refs = 2; /* the slot and this readdir */
+    ZM__TRACE(fs, req, "list %s: %zu entries", zm__shown(dir->path), dir->count);
+    pthread_mutex_lock(&fs->listing_lock);
+    zm__dir *old = fs->listing;
+    fs->listing = dir;
+    int free_old = old && --old->refs == 0;
+    pthread_mutex_unlock(&fs->listing_lock);
+    if (free_old)
+        zm__dir_free(old);
+    return dir;
+}
+
+static void zm__readdir(fuse_req_t req, fuse_ino_t inode, size_t size, off_t offset,
+                        struct fuse_file_info *fi, int plus)
 {
     zm__fs *fs = zm__fs_of(req);
     zm__dir *dir = (zm__dir *)(uintptr_t)fi->fh;
+    zm__dir *kept = NULL;
+    if (dir == NULL) {
+        int failed = 0;
+        if ((kept = dir = zm__listing_get(fs, req, inode, &failed)) == NULL)
+            return;
+    }
     if (!dir->listed) {
         zm_err err;
         zm_err_clear(&err);
@@ -696,20 +822,20 @@ static void zm__readdir(fuse_req_t req, size_t size, off_t offset, struct fuse_f
     }
     free(looked_up);
     free(buffer);
+    if (kept)
+        zm__listing_put(fs, kept);
 }
 
 static void zm__op_readdir(fuse_req_t req, fuse_ino_t inode, size_t size, off_t offset,
                            struct fuse_file_info *fi)
 {
-    (void)inode;
-    zm__readdir(req, size, offset, fi, 0);
+    zm__readdir(req, inode, size, offset, fi, 0);
 }
 
 static void zm__op_readdirplus(fuse_req_t req, fuse_ino_t inode, size_t size, off_t offset,
                                struct fuse_file_info *fi)
 {
-    (void)inode;
-    zm__readdir(req, size, offset, fi, 1);
+    zm__readdir(req, inode, size, offset, fi, 1);
 }
 
 static void zm__op_releasedir(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info *fi)
@@ -717,8 +843,10 @@ static void zm__op_releasedir(fuse_req_t req, fuse_ino_t inode, struct fuse_file
     (void)inode;
     zm__fs *fs = zm__fs_of(req);
     zm__dir *dir = (zm__dir *)(uintptr_t)fi->fh;
-    zm__handle_remove(fs, &dir->handle);
-    zm__dir_free(dir);
+    if (dir != NULL) { /* none when the kernel opened without us */
+        zm__handle_remove(fs, &dir->handle);
+        zm__dir_free(dir);
+    }
     fuse_reply_err(req, 0);
 }
 
@@ -926,6 +1054,130 @@ static int zm__open_tree(zm__fs *fs, zm_err *err)
     return rc;
 }
 
+/* ---- The source watcher -------------------------------------------------------- */
+
+/* Drops every page and attribute the kernel keeps for the mount's inodes, so
+ * that later reads reach the daemon (and fail with EIO there). */
+static void zm__drop_kernel_cache(zm__fs *fs)
+{
+    uint64_t *numbers = NULL;
+    size_t count = 0;
+    if (zm__inodes_numbers(fs->inodes, &numbers, &count) != 0) {
+        zm__log(LOG_WARNING, "out of memory listing inodes: cached pages stay until remount");
+        return;
+    }
+    for (size_t i = 0; i < count; i++)
+        fuse_lowlevel_notify_inval_inode(fs->session, numbers[i], 0, 0);
+    free(numbers);
+}
+
+/* Whether an inotify event may mean the source changed: anything on the
+ * file itself, or its name in its directory created, moved or deleted. */
+static int zm__event_matters(const struct inotify_event *event, int file_watch, const char *name)
+{
+    if (event->wd == file_watch)
+        return 1;
+    return event->len > 0 && strcmp(event->name, name) == 0;
+}
+
+/* Watches the source (the file, and its directory for a replacement by
+ * rename). On a change it checks the identity as a read would; if the
+ * source is no longer the mounted file, it logs why (once) and drops what
+ * the kernel keeps, so that no reader is served the old file's pages after
+ * the new file is in place and every read says to remount. */
+static void *zm__watch_source(void *arg)
+{
+    zm__fs *fs = arg;
+    const char *source = fs->config.source;
+    int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (fd < 0) {
+        zm__log(LOG_WARNING, "cannot watch %s for changes (%s): reads still check it",
+                source, strerror(errno));
+        return NULL;
+    }
+    const char *slash = strrchr(source, '/');
+    char *directory = slash ? strndup(source, slash == source ? 1 : (size_t)(slash - source))
+                            : strdup(".");
+    const char *name = slash ? slash + 1 : source;
+    int file_watch = inotify_add_watch(fd, source,
+                                       IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF |
+                                           IN_MOVE_SELF);
+    int directory_watch =
+        directory ? inotify_add_watch(fd, directory,
+                                      IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE)
+                  : -1;
+    if (file_watch < 0 || directory_watch < 0)
+        zm__log(LOG_WARNING, "cannot watch %s for changes (%s): reads still check it", source,
+                strerror(errno));
+    _Alignas(struct inotify_event) char events[4096];
+    while (file_watch >= 0 || directory_watch >= 0) {
+        struct pollfd waits[2] = {{.fd = fd, .events = POLLIN},
+                                  {.fd = fs->watcher_stop[0], .events = POLLIN}};
+        if (poll(waits, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (waits[1].revents)
+            break; /* the mount is ending */
+        ssize_t got = read(fd, events, sizeof events);
+        if (got <= 0)
+            continue;
+        int matters = 0;
+        for (ssize_t at = 0; at < got;) {
+            const struct inotify_event *event = (const struct inotify_event *)(events + at);
+            matters |= zm__event_matters(event, file_watch, name);
+            at += (ssize_t)(sizeof *event + event->len);
+        }
+        zm_err err;
+        zm_err_clear(&err);
+        if (matters && zm__tree_check_source(fs->tree, &err) != 0) {
+            zm__log_failure("source", -EIO, &err);
+            zm__drop_kernel_cache(fs);
+            break; /* a mount never serves again what changed: nothing more to watch */
+        }
+    }
+    free(directory);
+    close(fd);
+    return NULL;
+}
+
+/* Starts the watcher with the stop signals blocked (libfuse's loop wakes
+ * only when they land on its own thread). Not fatal if it cannot start. */
+static void zm__start_watcher(zm__fs *fs, struct fuse_session *session)
+{
+    fs->session = session;
+    if (pipe2(fs->watcher_stop, O_CLOEXEC) != 0) {
+        zm__log(LOG_WARNING, "cannot watch %s for changes (%s): reads still check it",
+                fs->config.source, strerror(errno));
+        return;
+    }
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &previous);
+    fs->watching = pthread_create(&fs->watcher, NULL, zm__watch_source, fs) == 0;
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    if (!fs->watching) {
+        close(fs->watcher_stop[0]);
+        close(fs->watcher_stop[1]);
+        zm__log(LOG_WARNING, "cannot watch %s for changes: reads still check it",
+                fs->config.source);
+    }
+}
+
+static void zm__stop_watcher(zm__fs *fs)
+{
+    if (!fs->watching)
+        return;
+    char byte = 1;
+    if (write(fs->watcher_stop[1], &byte, 1) != 1)
+        zm__log(LOG_WARNING, "cannot stop the source watcher: %s", strerror(errno));
+    pthread_join(fs->watcher, NULL);
+    close(fs->watcher_stop[0]);
+    close(fs->watcher_stop[1]);
+    fs->watching = 0;
+}
+
 /* Runs the multi-threaded loop until unmounted (0), stopped by a signal
  * (the signal number) or failed (-errno). */
 static int zm__run_loop(struct fuse_session *session)
@@ -1000,7 +1252,9 @@ static int zm__serve(zm__fs *fs, int report)
     }
     zm__log(LOG_INFO, "serving %s at %s", config->source, config->mountpoint);
 
+    zm__start_watcher(fs, session);
     rc = zm__run_loop(session);
+    zm__stop_watcher(fs);
     status = rc < 0 ? ZM__EXIT_FAILURE : ZM__EXIT_OK;
     if (rc < 0)
         zm__log(LOG_ERR, "serving %s failed: %s", config->mountpoint, strerror(-rc));
@@ -1017,6 +1271,9 @@ done:
     if (mounted)
         zm__log(LOG_INFO, "unmounted %s", config->mountpoint);
     zm__handles_free_all(fs);
+    if (fs->listing)
+        zm__dir_free(fs->listing);
+    fs->listing = NULL;
     if (fs->tree)
         zm__tree_close(fs->tree);
     zm__inodes_destroy(fs->inodes);
@@ -1042,6 +1299,7 @@ int zm_fs_main(int argc, char **argv)
     zm__fs fs;
     memset(&fs, 0, sizeof fs);
     pthread_mutex_init(&fs.handles_lock, NULL);
+    pthread_mutex_init(&fs.listing_lock, NULL);
     fs.handles.next = fs.handles.previous = &fs.handles;
     zm_err err;
 

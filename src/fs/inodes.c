@@ -254,6 +254,20 @@ uint64_t zm__inodes_number(zm__inodes *table, const char *path)
     return number;
 }
 
+int zm__inodes_numbers(zm__inodes *table, uint64_t **numbers, size_t *count)
+{
+    pthread_mutex_lock(&table->lock);
+    uint64_t *list = malloc((table->count ? table->count : 1) * sizeof *list);
+    size_t held = 0;
+    for (size_t b = 0; list && b < table->buckets; b++)
+        for (zm__inode *e = table->by_number[b]; e; e = e->next_by_number)
+            list[held++] = e->number;
+    pthread_mutex_unlock(&table->lock);
+    *numbers = list;
+    *count = held;
+    return list ? 0 : -ENOMEM;
+}
+
 size_t zm__inodes_count(zm__inodes *table)
 {
     pthread_mutex_lock(&table->lock);

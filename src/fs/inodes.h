@@ -49,6 +49,10 @@ int zm__inodes_get(zm__inodes *table, uint64_t inode, char **path, zm_node *node
  * reports numbers of entries nobody looked up yet). */
 uint64_t zm__inodes_number(zm__inodes *table, const char *path);
 
+/* A malloc'd list of every number held (the root included) in *numbers,
+ * their count in *count. -ENOMEM. */
+int zm__inodes_numbers(zm__inodes *table, uint64_t **numbers, size_t *count);
+
 /* Entries held (the root included). */
 size_t zm__inodes_count(zm__inodes *table);
 

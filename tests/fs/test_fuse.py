@@ -407,7 +407,16 @@ def test_failures():
     check("read: still fine after failures", read_all(mount.path("README")) == FILES["README"])
     with open(source, "ab") as f:
         f.write(b"changed")
-    check("source changed: open fails with EIO",
+    # A file the kernel holds no page of reaches the daemon, which checks
+    # the source on every read.
+    check("source changed: a file not read before fails with EIO",
+          error_of(read_all, mount.path("big.bin")) == errno.EIO)
+    # Pages the kernel kept are dropped by the daemon's watcher as soon as
+    # it sees the change; after that every read fails too.
+    deadline = time.monotonic() + WAIT_SECONDS
+    while error_of(read_all, mount.path("README")) != errno.EIO and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check("source changed: cached files fail with EIO once the watcher saw it",
           all(error_of(read_all, mount.path(p)) == errno.EIO for p in ("README", "big.bin", "README")))
     log = mount.log()
     check("log: one line per failure reason, not per request",
@@ -416,11 +425,21 @@ def test_failures():
     check("log: missing names are not failures", "full/nothing" not in log, log)
 
 
+def open_and_write(path, flags):
+    """Opens for writing and writes a byte: where the kernel opens files
+    without the daemon, the write is what the daemon refuses."""
+    fd = os.open(path, flags)
+    try:
+        os.write(fd, b"x")
+    finally:
+        os.close(fd)
+
+
 def erofs_battery(mount, label):
     p = mount.path
     calls = {
-        "open O_WRONLY": (os.open, p("README"), os.O_WRONLY),
-        "open O_RDWR": (os.open, p("big.bin"), os.O_RDWR),
+        "open O_WRONLY": (open_and_write, p("README"), os.O_WRONLY),
+        "open O_RDWR": (open_and_write, p("big.bin"), os.O_RDWR),
         "open O_CREAT": (os.open, p("new-file"), os.O_WRONLY | os.O_CREAT, 0o644),
         "mkdir": (os.mkdir, p("new-dir")),
         "unlink": (os.unlink, p("README")),
@@ -459,7 +478,8 @@ def test_read_only():
                    "removexattr", "mknod"]
         missing = [name for name in handled if f"{name}: read-only file system" not in log]
         check("EROFS: answered by the daemon's handlers (-d log)", not missing, str(missing))
-        check("EROFS: open for writing refused by the daemon", "for writing: read-only" in log)
+        check("EROFS: open for writing (or its write) refused by the daemon",
+              "for writing: read-only" in log or "write: read-only" in log)
     check("-d: logs every request", "lookup README: inode" in mount.log() and "pid " in mount.log())
 
 
