@@ -97,6 +97,91 @@ static int resolve_chunks(zm_array *array, const uint64_t *chunks, size_t count,
     return rc;
 }
 
+/* Every value within [value_min, value_limit): indices below their
+ * dimension, codes below their category count. A pass for the extremes
+ * (which the compiler vectorizes), and only on a failure a second one to
+ * name the first value outside. */
+#define ZM__EXTREMES(type)                                                                         \
+    do {                                                                                           \
+        const type *v = values;                                                                    \
+        type lo = v[0], hi = v[0];                                                                 \
+        for (uint64_t i = 1; i < count; i++) {                                                     \
+            lo = v[i] < lo ? v[i] : lo;                                                            \
+            hi = v[i] > hi ? v[i] : hi;                                                            \
+        }                                                                                          \
+        low = (int64_t)lo;                                                                         \
+        high = (int64_t)hi;                                                                        \
+    } while (0)
+
+static int64_t value_at(const zm_dtype t, const void *values, uint64_t i)
+{
+    if (t.type_class == ZM_TYPE_INT)
+        return t.size == 1 ? ((const int8_t *)values)[i]
+             : t.size == 2 ? ((const int16_t *)values)[i]
+             : t.size == 4 ? ((const int32_t *)values)[i]
+                           : ((const int64_t *)values)[i];
+    uint64_t u = t.size == 1 ? ((const uint8_t *)values)[i]
+               : t.size == 2 ? ((const uint16_t *)values)[i]
+               : t.size == 4 ? ((const uint32_t *)values)[i]
+                             : ((const uint64_t *)values)[i];
+    return u > INT64_MAX ? INT64_MAX : (int64_t)u;
+}
+
+static int check_values(const zm_array *array, const void *values, uint64_t count, zm_err *err)
+{
+    const zm_dtype t = array->info.dtype;
+    if (count == 0 || (t.type_class != ZM_TYPE_INT && t.type_class != ZM_TYPE_UINT))
+        return 0;
+    int64_t low, high;
+    if (t.type_class == ZM_TYPE_INT) {
+        if (t.size == 1)
+            ZM__EXTREMES(int8_t);
+        else if (t.size == 2)
+            ZM__EXTREMES(int16_t);
+        else if (t.size == 4)
+            ZM__EXTREMES(int32_t);
+        else
+            ZM__EXTREMES(int64_t);
+    } else {
+        uint64_t top;
+        if (t.size == 1)
+            ZM__EXTREMES(uint8_t);
+        else if (t.size == 2)
+            ZM__EXTREMES(uint16_t);
+        else if (t.size == 4)
+            ZM__EXTREMES(uint32_t);
+        else {
+            const uint64_t *v = values;
+            uint64_t lo = v[0];
+            top = v[0];
+            for (uint64_t i = 1; i < count; i++) {
+                lo = v[i] < lo ? v[i] : lo;
+                top = v[i] > top ? v[i] : top;
+            }
+            low = lo > INT64_MAX ? INT64_MAX : (int64_t)lo;
+            high = top > INT64_MAX ? INT64_MAX : (int64_t)top;
+        }
+    }
+    if (low >= array->value_min && high < array->value_limit)
+        return 0;
+    for (uint64_t i = 0; i < count; i++) {
+        int64_t v = value_at(t, values, i);
+        if (v < array->value_min || v >= array->value_limit)
+            return zm_err_set(err, -EIO, "%s: value %lld is outside [%lld, %lld): the file's parts "
+                              "disagree", array->check_what, (long long)v,
+                              (long long)array->value_min, (long long)array->value_limit);
+    }
+    return 0;
+}
+
+/* Whether values are checked as their chunks are decoded (on the pool, each
+ * chunk once) rather than after a read. */
+static int checked_at_decode(const zm_array *array)
+{
+    return array->check_values && array->info.data_path == ZM_PATH_DIRECT &&
+           array->info.layout == ZM_LAYOUT_CHUNKED && array->storage_rank == 1;
+}
+
 /* ---- Loading one chunk --------------------------------------------------------------- */
 
 static uint64_t chunk_bytes(const zm_array *array)
@@ -154,6 +239,13 @@ static int decode_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint
         return rc;
     if (array->info.big_endian)
         swap_bytes(raw, raw_size / array->info.dtype.size, array->info.dtype.size);
+    if (checked_at_decode(array)) {
+        uint64_t origin = chunk * array->chunk[0];
+        uint64_t valid = array->storage_shape[0] - origin;
+        rc = check_values(array, raw, valid < array->chunk[0] ? valid : array->chunk[0], err);
+        if (rc != 0)
+            return rc;
+    }
     source->chunks_decoded++;
     return 0;
 }
@@ -525,37 +617,11 @@ static int check_ranges(const zm_array *array, const zm_range *ranges, size_t co
 /* Past this many pieces, HDF5-path reads take the whole span instead. */
 #define MANY_RANGES 32
 
-/* Every value within [value_min, value_limit): indices below their
- * dimension, codes below their category count. */
-static int check_values(const zm_array *array, const void *values, uint64_t count, zm_err *err)
-{
-    const zm_dtype t = array->info.dtype;
-    for (uint64_t i = 0; i < count; i++) {
-        int64_t v;
-        if (t.type_class == ZM_TYPE_INT) {
-            v = t.size == 1 ? ((const int8_t *)values)[i]
-              : t.size == 2 ? ((const int16_t *)values)[i]
-              : t.size == 4 ? ((const int32_t *)values)[i]
-                            : ((const int64_t *)values)[i];
-        } else if (t.type_class == ZM_TYPE_UINT) {
-            uint64_t u = t.size == 1 ? ((const uint8_t *)values)[i]
-                       : t.size == 2 ? ((const uint16_t *)values)[i]
-                       : t.size == 4 ? ((const uint32_t *)values)[i]
-                                     : ((const uint64_t *)values)[i];
-            v = u > INT64_MAX ? INT64_MAX : (int64_t)u;
-        } else {
-            return 0;
-        }
-        if (v < array->value_min || v >= array->value_limit)
-            return zm_err_set(err, -EIO, "%s: value %lld is outside [%lld, %lld): the file's parts "
-                              "disagree", array->check_what, (long long)v,
-                              (long long)array->value_min, (long long)array->value_limit);
-    }
-    return 0;
-}
 
+/* Reads ranges into out: one after another, or (dest not NULL) range i at
+ * row dest[i]. */
 static int read_ranges(zm_source *source, const zm_array *const_array, const zm_range *ranges,
-                       size_t count, void *out, zm_err *err)
+                       size_t count, const uint64_t *dest, void *out, zm_err *err)
 {
     zm_array *array = (zm_array *)const_array;
     if (array->info.dtype.type_class == ZM_TYPE_STRING)
@@ -577,13 +643,41 @@ static int read_ranges(zm_source *source, const zm_array *const_array, const zm_
     for (size_t i = 0; i < count; i++) {
         if (ranges[i].end == ranges[i].start)
             continue;
-        out_row[nonempty] = at;
+        out_row[nonempty] = dest ? dest[i] : at;
         kept[nonempty++] = ranges[i];
         at += ranges[i].end - ranges[i].start;
     }
     ranges = kept;
     count = nonempty;
     uint64_t row_bytes = zm_array_row_bytes(array);
+    uint8_t *packed = NULL; /* HDF5 reads ranges one after another: scattered after */
+    if (dest != NULL && array->info.data_path == ZM_PATH_HDF5) {
+        packed = malloc(at * row_bytes + 1);
+        if (packed == NULL) {
+            free(out_row);
+            free(kept);
+            return zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
+        }
+    }
+    uint8_t *final_out = out;
+    uint64_t *final_row = out_row;
+    uint64_t *packed_row = NULL;
+    if (packed != NULL) {
+        packed_row = malloc((count ? count : 1) * sizeof *packed_row);
+        if (packed_row == NULL) {
+            free(packed);
+            free(out_row);
+            free(kept);
+            return zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
+        }
+        uint64_t p = 0;
+        for (size_t i = 0; i < count; i++) {
+            packed_row[i] = p;
+            p += ranges[i].end - ranges[i].start;
+        }
+        out = packed;
+        out_row = packed_row;
+    }
     switch (array->info.data_path) {
     case ZM_PATH_MEMORY:
         for (size_t i = 0; i < count; i++)
@@ -613,10 +707,27 @@ static int read_ranges(zm_source *source, const zm_array *const_array, const zm_
             rc = gather_contiguous(source, array, ranges, count, out_row, out, err);
         break;
     }
+    if (packed != NULL) {
+        for (size_t i = 0; rc == 0 && i < count; i++)
+            memcpy(final_out + final_row[i] * row_bytes, packed + packed_row[i] * row_bytes,
+                   (ranges[i].end - ranges[i].start) * row_bytes);
+        free(packed);
+        free(packed_row);
+        out = final_out;
+        out_row = final_row;
+    }
+    if (rc == 0 && array->check_values && !checked_at_decode(array)) {
+        if (dest == NULL) {
+            rc = check_values(array, out, at * row_bytes / array->info.dtype.size, err);
+        } else {
+            uint64_t per_row = row_bytes / array->info.dtype.size;
+            for (size_t i = 0; rc == 0 && i < count; i++)
+                rc = check_values(array, (uint8_t *)out + out_row[i] * row_bytes,
+                                  (ranges[i].end - ranges[i].start) * per_row, err);
+        }
+    }
     free(out_row);
     free(kept);
-    if (rc == 0 && array->check_values)
-        rc = check_values(array, out, at * row_bytes / array->info.dtype.size, err);
     return rc;
 }
 
@@ -624,7 +735,7 @@ int zm_array_read_rows(zm_source *source, const zm_array *array, uint64_t start,
                        void *out, zm_err *err)
 {
     zm_range range = {start, start + count};
-    return read_ranges(source, array, &range, 1, out, err);
+    return read_ranges(source, array, &range, 1, NULL, out, err);
 }
 
 /* Turns ascending rows into ranges of consecutive rows. */
@@ -659,8 +770,43 @@ int zm_array_gather_rows(zm_source *source, const zm_array *array, const uint64_
     size_t n;
     int rc = rows_to_ranges(array, rows, count, &ranges, &n, err);
     if (rc == 0)
-        rc = read_ranges(source, array, ranges, n, out, err);
+        rc = read_ranges(source, array, ranges, n, NULL, out, err);
     free(ranges);
+    return rc;
+}
+
+int zm_array_scatter_rows(zm_source *source, const zm_array *array, const uint64_t *rows,
+                          const uint64_t *out_rows, size_t count, void *out, zm_err *err)
+{
+    zm_range *ranges = malloc((count ? count : 1) * sizeof *ranges);
+    uint64_t *dest = malloc((count ? count : 1) * sizeof *dest);
+    if (ranges == NULL || dest == NULL) {
+        free(ranges);
+        free(dest);
+        return zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
+    }
+    /* Rows consecutive in the source and in the output make one range. */
+    size_t n = 0;
+    int rc = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (i > 0 && rows[i] <= rows[i - 1]) {
+            rc = zm_err_set(err, -EINVAL, "%s: rows must ascend (%llu after %llu)",
+                            array->file_path, (unsigned long long)rows[i],
+                            (unsigned long long)rows[i - 1]);
+            break;
+        }
+        if (n > 0 && ranges[n - 1].end == rows[i] &&
+            dest[n - 1] + (ranges[n - 1].end - ranges[n - 1].start) == out_rows[i]) {
+            ranges[n - 1].end++;
+        } else {
+            ranges[n] = (zm_range){rows[i], rows[i] + 1};
+            dest[n++] = out_rows[i];
+        }
+    }
+    if (rc == 0)
+        rc = read_ranges(source, array, ranges, n, dest, out, err);
+    free(ranges);
+    free(dest);
     return rc;
 }
 
@@ -670,7 +816,16 @@ int zm_array_gather_ranges(zm_source *source, const zm_array *array, const zm_ra
     if (array->info.rank != 1)
         return zm_err_set(err, -EINVAL, "%s: ranges are read from 1-d arrays only",
                           array->file_path);
-    return read_ranges(source, array, ranges, count, out, err);
+    return read_ranges(source, array, ranges, count, NULL, out, err);
+}
+
+int zm_array_scatter_ranges(zm_source *source, const zm_array *array, const zm_range *ranges,
+                            const uint64_t *out_at, size_t count, void *out, zm_err *err)
+{
+    if (array->info.rank != 1)
+        return zm_err_set(err, -EINVAL, "%s: ranges are read from 1-d arrays only",
+                          array->file_path);
+    return read_ranges(source, array, ranges, count, out_at, out, err);
 }
 
 int zm_strings_pick(const zm_strings *all, const uint64_t *rows, size_t count, uint64_t per_row,

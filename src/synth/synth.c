@@ -128,22 +128,23 @@ static pair *sorted_rows(const zm_view *view, uint64_t from, uint64_t to)
 static int cell_rows(zm_view *view, const zm_array *array, uint64_t from, uint64_t to, uint8_t *out,
                      zm_err *err)
 {
-    uint64_t count = to - from, row_bytes = zm_array_row_bytes(array);
+    uint64_t count = to - from;
     if (count == 0)
         return 0;
     pair *pairs = sorted_rows(view, from, to);
     uint64_t *rows = malloc(count * sizeof *rows);
-    uint8_t *gathered = malloc(count * row_bytes + 1);
-    int rc = pairs && rows && gathered ? 0 : zm_err_set(err, -ENOMEM, "out of memory gathering rows");
-    for (uint64_t i = 0; rc == 0 && i < count; i++)
+    uint64_t *slots = malloc(count * sizeof *slots);
+    int rc = pairs && rows && slots ? 0 : zm_err_set(err, -ENOMEM, "out of memory gathering rows");
+    for (uint64_t i = 0; rc == 0 && i < count; i++) {
         rows[i] = pairs[i].source;
+        slots[i] = pairs[i].slot;
+    }
+    /* Each row read straight into its place. */
     if (rc == 0)
-        rc = zm_array_gather_rows(zm_view_source(view), array, rows, count, gathered, err);
-    for (uint64_t i = 0; rc == 0 && i < count; i++)
-        memcpy(out + pairs[i].slot * row_bytes, gathered + i * row_bytes, row_bytes);
+        rc = zm_array_scatter_rows(zm_view_source(view), array, rows, slots, count, out, err);
     free(pairs);
     free(rows);
-    free(gathered);
+    free(slots);
     return rc;
 }
 
@@ -315,7 +316,10 @@ static int entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, 
 
     if (!s.per_cell_columns) {
         /* Entries map one to one: each major's source range, clipped. */
-        pair *pairs = malloc(majors * sizeof *pairs);
+        /* The view's majors by source position (sorted_rows: the inverse
+         * map for a whole walk, a sort otherwise), each read straight into
+         * its place. */
+        pair *pairs = s.per_cell_rows ? sorted_rows(view, first, last) : malloc(majors * sizeof *pairs);
         zm_range *ranges = malloc(majors * sizeof *ranges);
         uint64_t *dest = malloc(majors * sizeof *dest);
         if (!pairs || !ranges || !dest) {
@@ -324,32 +328,19 @@ static int entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, 
             free(dest);
             return zm_err_set(err, -ENOMEM, "out of memory");
         }
+        if (!s.per_cell_rows)
+            for (uint64_t i = 0; i < majors; i++)
+                pairs[i] = (pair){first + i, i};
         for (uint64_t i = 0; i < majors; i++) {
-            uint64_t m = s.per_cell_rows ? order[first + i] : first + i;
-            pairs[i] = (pair){(uint64_t)s.source_indptr[m], first + i};
-        }
-        if (s.per_cell_rows)
-            qsort(pairs, majors, sizeof *pairs, by_source);
-        uint64_t total = 0;
-        for (uint64_t i = 0; i < majors; i++) {
-            uint64_t v = pairs[i].slot; /* the view major */
+            uint64_t v = first + pairs[i].slot; /* the view major */
+            uint64_t source_start = (uint64_t)s.source_indptr[pairs[i].source];
             uint64_t vstart = (uint64_t)s.indptr[v], vend = (uint64_t)s.indptr[v + 1];
             uint64_t a = vstart > e0 ? vstart : e0, b2 = vend < e1 ? vend : e1;
-            uint64_t sstart = pairs[i].source + (a - vstart);
+            uint64_t sstart = source_start + (a - vstart);
             ranges[i] = (zm_range){sstart, sstart + (b2 - a)};
             dest[i] = a - e0;
-            total += b2 - a;
         }
-        uint8_t *gathered = malloc(total * size + 1);
-        rc = gathered ? zm_array_gather_ranges(source, node->source, ranges, majors, gathered, err)
-                      : zm_err_set(err, -ENOMEM, "out of memory");
-        uint64_t at = 0;
-        for (uint64_t i = 0; rc == 0 && i < majors; i++) {
-            uint64_t n = ranges[i].end - ranges[i].start;
-            memcpy(out + dest[i] * size, gathered + at * size, n * size);
-            at += n;
-        }
-        free(gathered);
+        rc = zm_array_scatter_ranges(source, node->source, ranges, dest, majors, out, err);
         free(pairs);
         free(ranges);
         free(dest);
