@@ -12,10 +12,12 @@
 #include "zarrmount/view.h"
 
 /* Makes the raw (unencoded) bytes of the chunk at grid coordinates coords
- * of an array node. *raw is malloc'd. The typesize for the codec (1 for
- * strings) goes to *typesize. */
+ * of an array node. *raw is malloc'd, unless borrowed is not NULL and the
+ * chunk is a whole one cut from a walk: then *raw points into the walk
+ * (valid while the view lives, never to be written or freed) and *borrowed
+ * is 1. The typesize for the codec (1 for strings) goes to *typesize. */
 int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coords,
-                   uint8_t **raw, size_t *raw_size, size_t *typesize, zm_err *err);
+                   uint8_t **raw, size_t *raw_size, size_t *typesize, int *borrowed, zm_err *err);
 
 /* Whether an array's chunks are cut from a one-pass walk of all of it
  * (per-cell values of a reordered view, in more than one chunk). */

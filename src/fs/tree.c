@@ -432,16 +432,22 @@ static int make_file(void *context, uint8_t **bytes, size_t *size, zm_err *err)
     case F_CHUNK: {
         uint8_t *raw;
         size_t raw_size, typesize;
-        int rc = zm_synth_chunk(c->view, w->node, w->coords, &raw, &raw_size, &typesize, err);
+        int borrowed = 0;
+        int encode = w->node->meta.rank > 0 && c->tree->codec.kind != ZM_CODEC_NONE;
+        /* Encoding reads a walk's rows where they lie; a file kept as it is
+         * needs its own copy. */
+        int rc = zm_synth_chunk(c->view, w->node, w->coords, &raw, &raw_size, &typesize,
+                                encode ? &borrowed : NULL, err);
         if (rc != 0)
             return rc;
-        if (w->node->meta.rank == 0 || c->tree->codec.kind == ZM_CODEC_NONE) {
+        if (!encode) {
             *bytes = raw;
             *size = raw_size;
             return 0;
         }
         rc = zm_codec_encode(&c->tree->codec, typesize, raw, raw_size, bytes, size, err);
-        free(raw);
+        if (!borrowed)
+            free(raw);
         return rc;
     }
     default:

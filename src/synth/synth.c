@@ -558,10 +558,12 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
 }
 
 int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coords,
-                   uint8_t **raw, size_t *raw_size, size_t *typesize, zm_err *err)
+                   uint8_t **raw, size_t *raw_size, size_t *typesize, int *borrowed, zm_err *err)
 {
     *raw = NULL;
     *raw_size = 0;
+    if (borrowed)
+        *borrowed = 0;
     const zm_zarr_array_meta *m = &node->meta;
     *typesize = node->value_size ? node->value_size : 1;
     zm_source *source = zm_view_source(view);
@@ -593,6 +595,17 @@ int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coo
     }
 
     size_t bytes = (size_t)(chunk_rows * per_row_values * node->value_size);
+    if (borrowed && to - from == chunk_rows && bytes > 0 && zm_synth_walks(view, node)) {
+        /* A whole chunk of a walk: its rows lie in the walk as they are. */
+        struct zm_walk *w = NULL;
+        int rc = walk_of(view, node, &w, err);
+        if (rc != 0)
+            return rc;
+        *raw = w->bytes + from * per_row_values * node->value_size;
+        *raw_size = bytes;
+        *borrowed = 1;
+        return 0;
+    }
     uint8_t *out = calloc(bytes ? bytes : 1, 1); /* zero: the fill value */
     if (out == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory for a %zu-byte chunk", bytes);

@@ -42,6 +42,7 @@ zm_codec zm_codec_default(void)
     strcpy(codec.blosc_cname, "zstd");
     codec.level = ZM__DEFAULT_LEVEL;
     codec.shuffle = BLOSC_SHUFFLE;
+    codec.blocksize = ZM_BLOSC_BLOCKSIZE;
     return codec;
 }
 
@@ -196,7 +197,7 @@ json_t *zm_codec_config(const zm_codec *codec)
         failed |= zm__set(config, "cname", json_string(codec->blosc_cname));
         failed |= zm__set(config, "clevel", json_integer(codec->level));
         failed |= zm__set(config, "shuffle", json_integer(codec->shuffle));
-        failed |= zm__set(config, "blocksize", json_integer(0));
+        failed |= zm__set(config, "blocksize", json_integer(codec->blocksize));
     } else {
         failed |= zm__set(config, "id", json_string("zstd"));
         failed |= zm__set(config, "level", json_integer(codec->level));
@@ -269,7 +270,7 @@ static int zm__encode_blosc(const zm_codec *codec, size_t typesize, const void *
     /* c-blosc treats typesize 0 or past 255 as 1; say so rather than rely on it. */
     size_t blosc_typesize = typesize == 0 || typesize > BLOSC_MAX_TYPESIZE ? 1 : typesize;
     int n = blosc_compress_ctx(codec->level, codec->shuffle, blosc_typesize, size, in, buffer,
-                               capacity, codec->blosc_cname, 0, 1);
+                               capacity, codec->blosc_cname, (size_t)codec->blocksize, 1);
     if (n <= 0) {
         free(buffer);
         return zm_err_set(err, -EIO,

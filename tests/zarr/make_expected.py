@@ -361,7 +361,8 @@ def numcodecs_codec(text):
     parts = text.split(':')
     if parts[0] == 'zstd':
         return Zstd(level=int(parts[1]))
-    return Blosc(cname=parts[1], clevel=int(parts[2]), shuffle=Blosc.SHUFFLE)
+    # zarrmount's blosc block: a whole 1 MiB chunk (ZM_BLOSC_BLOCKSIZE).
+    return Blosc(cname=parts[1], clevel=int(parts[2]), shuffle=Blosc.SHUFFLE, blocksize=1 << 20)
 
 
 def emit_codecs(out):
