@@ -530,7 +530,7 @@ struct ahead {
     const zm_store_node *node;
     uint64_t chunks;
     _Atomic uint64_t next;
-    int handed_on;            /* the next array's walk was started (under the tree's mutex) */
+    int handed_on;            /* the next array's walk was taken on (under the tree's mutex) */
 };
 
 static void start_ahead(zm_tree *t, const char *key, const place *w);
@@ -573,6 +573,32 @@ static const zm_store_node *next_walk(zm_view *view, const zm_store_node *node, 
     return NULL;
 }
 
+/* Walks the array after a->node (the next walked one in the store's order)
+ * and starts encoding it ahead. */
+static void walk_next(struct ahead *a, zm_view *view)
+{
+    zm_tree *t = a->tree;
+    char next_path[1024];
+    const zm_store_node *next = t->closing ? NULL : next_walk(view, a->node, next_path, sizeof next_path);
+    if (next == NULL)
+        return;
+    place w;
+    memset(&w, 0, sizeof w);
+    w.node = next;
+    w.file = F_CHUNK;
+    snprintf(w.store_path, sizeof w.store_path, "%s", next_path);
+    char chunk[ZM_ZARR_CHUNK_KEY_MAX], path[1400];
+    zm_zarr_chunk_key(next->meta.rank, w.coords, chunk, sizeof chunk);
+    snprintf(path, sizeof path, "%s/%s/%s", a->key, next_path, chunk);
+    zm_cache_ref ref;
+    zm_err err;
+    /* Making chunk 0 walks the array; encoding its others starts. */
+    if (file_in_cache(t, view, path, &w, &ref, &err) == 0) {
+        zm_cache_release(t->files, &ref);
+        start_ahead(t, a->key, &w);
+    }
+}
+
 static void *encode_ahead(void *context)
 {
     struct ahead *a = context;
@@ -581,6 +607,16 @@ static void *encode_ahead(void *context)
     zm_err err;
     zm_view *view = NULL;
     if (parse_path(t, a->key, &tg, &err) == 0 && view_get(t, &tg, &view, &err) == 0) {
+        /* One thread first walks the next array (this one's walk is done),
+         * so that walking it overlaps encoding this one: a walk that waits
+         * for the reader, or for this array's last chunks, leaves cores
+         * idle. Walks still run one after another, each starting the next. */
+        pthread_mutex_lock(&t->mutex);
+        int hand_on = !a->handed_on;
+        a->handed_on = 1;
+        pthread_mutex_unlock(&t->mutex);
+        if (hand_on)
+            walk_next(a, view);
         for (uint64_t c; !t->closing && (c = a->next++) < a->chunks;) {
             place w;
             memset(&w, 0, sizeof w);
@@ -599,33 +635,6 @@ static void *encode_ahead(void *context)
             if (file_in_cache(t, view, path, &w, &ref, &err) != 0)
                 break;
             zm_cache_release(t->files, &ref);
-        }
-        /* This array is done: walk the next one ahead of the reader (one
-         * thread does; it then encodes that one ahead too). */
-        char next_path[1024];
-        const zm_store_node *next = NULL;
-        pthread_mutex_lock(&t->mutex);
-        int first_done = a->next >= a->chunks && !a->handed_on;
-        if (first_done)
-            a->handed_on = 1;
-        pthread_mutex_unlock(&t->mutex);
-        if (first_done && !t->closing)
-            next = next_walk(view, a->node, next_path, sizeof next_path);
-        if (next != NULL) {
-            place w;
-            memset(&w, 0, sizeof w);
-            w.node = next;
-            w.file = F_CHUNK;
-            snprintf(w.store_path, sizeof w.store_path, "%s", next_path);
-            char chunk[ZM_ZARR_CHUNK_KEY_MAX], path[1400];
-            zm_zarr_chunk_key(next->meta.rank, w.coords, chunk, sizeof chunk);
-            snprintf(path, sizeof path, "%s/%s/%s", a->key, next_path, chunk);
-            zm_cache_ref ref;
-            /* Making chunk 0 walks the array; encoding its others starts. */
-            if (file_in_cache(t, view, path, &w, &ref, &err) == 0) {
-                zm_cache_release(t->files, &ref);
-                start_ahead(t, a->key, &w);
-            }
         }
         view_release(t, view);
     }
