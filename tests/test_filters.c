@@ -899,3 +899,86 @@ Test(filters, concurrent_decoding)
     }
     free_vectors(&vs);
 }
+
+/* ---- A part of a deflate chunk -------------------------------------------------- */
+
+typedef struct stored_bytes {
+    const uint8_t *bytes;
+    size_t size;
+    size_t reads;
+    size_t read_bytes;
+} stored_bytes;
+
+static int read_from(void *context, size_t offset, void *buffer, size_t size, zm_err *err)
+{
+    stored_bytes *s = context;
+    if (offset + size > s->size)
+        return zm_err_set(err, -EIO, "read past the stored bytes");
+    memcpy(buffer, s->bytes + offset, size);
+    s->reads++;
+    s->read_bytes += size;
+    return 0;
+}
+
+Test(filters, inflate_prefix_reads_about_its_share)
+{
+    size_t raw_size = 1 << 18;
+    uint8_t *raw = malloc(raw_size);
+    uint32_t x = 12345;
+    for (size_t i = 0; i < raw_size; i++) {
+        x = x * 1103515245u + 12345u;
+        raw[i] = (uint8_t)((x >> 16) % 7 == 0 ? x >> 24 : i / 1024);
+    }
+    uLongf packed_size = compressBound(raw_size);
+    uint8_t *packed = malloc(packed_size);
+    cr_assert_eq(compress2(packed, &packed_size, raw, raw_size, 4), Z_OK);
+    uint8_t *out = malloc(raw_size);
+    size_t wants[] = {0, 1, 4096, raw_size / 10, raw_size / 2, raw_size - 1, raw_size};
+    for (size_t w = 0; w < sizeof wants / sizeof wants[0]; w++) {
+        stored_bytes s = {packed, packed_size, 0, 0};
+        size_t read_bytes = 0;
+        zm_err err = {0};
+        memset(out, 0xee, raw_size);
+        int rc = zm__inflate_prefix(read_from, &s, packed_size, raw_size, out, wants[w],
+                                    &read_bytes, &err);
+        cr_assert_eq(rc, 0, "%zu bytes: %s", wants[w], err.reason);
+        cr_expect(memcmp(out, raw, wants[w]) == 0, "%zu bytes: wrong values", wants[w]);
+        if (wants[w] < raw_size)
+            cr_expect_eq(out[wants[w]], 0xee, "%zu bytes: wrote past the part", wants[w]);
+        cr_expect_eq(read_bytes, s.read_bytes);
+        cr_expect_leq(read_bytes, packed_size);
+        /* About its share of the stored bytes: never the whole for a tenth. */
+        if (wants[w] <= raw_size / 10)
+            cr_expect_lt(read_bytes, packed_size / 4, "%zu bytes read %zu of %lu", wants[w],
+                         read_bytes, (unsigned long)packed_size);
+    }
+    /* A damaged stream and a short one fail with a reason. */
+    uint8_t *damaged = malloc(packed_size);
+    memcpy(damaged, packed, packed_size);
+    for (size_t i = 2; i < packed_size; i += 97)
+        damaged[i] ^= 0x5a;
+    stored_bytes bad = {damaged, packed_size, 0, 0};
+    size_t read_bytes;
+    zm_err err = {0};
+    cr_expect_eq(zm__inflate_prefix(read_from, &bad, packed_size, raw_size, out, raw_size / 2,
+                                    &read_bytes, &err),
+                 -EIO);
+    cr_expect(strstr(err.reason, "deflate") != NULL, "%s", err.reason);
+    stored_bytes shorter = {packed, packed_size / 3, 0, 0};
+    zm_err_clear(&err);
+    cr_expect_eq(zm__inflate_prefix(read_from, &shorter, packed_size / 3, raw_size, out, raw_size,
+                                    &read_bytes, &err),
+                 -EIO);
+    cr_expect(strstr(err.reason, "ends after") != NULL, "%s", err.reason);
+    /* The reader's failure is the caller's. */
+    stored_bytes past = {packed, packed_size / 3, 0, 0};
+    zm_err_clear(&err);
+    cr_expect_eq(zm__inflate_prefix(read_from, &past, packed_size, raw_size, out, raw_size,
+                                    &read_bytes, &err),
+                 -EIO);
+    cr_expect(strstr(err.reason, "read past") != NULL, "%s", err.reason);
+    free(damaged);
+    free(out);
+    free(packed);
+    free(raw);
+}

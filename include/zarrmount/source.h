@@ -211,10 +211,16 @@ int zm_array_read_rows(zm_source *source, const zm_array *array, uint64_t start,
 int zm_array_gather_rows(zm_source *source, const zm_array *array, const uint64_t *rows,
                          size_t count, void *out, zm_err *err);
 
+/* Flags of the scatter reads. ZM_READ_PASS: these are all the values a pass
+ * over the array takes (a walk): chunks it uses in part are decoded only as
+ * far as it needs and are not kept for later reads. */
+#define ZM_READ_PASS 1u
+
 /* Reads the given rows (strictly ascending) into out, row i at output row
  * out_rows[i]: a gather and a scatter in one pass, each value copied once. */
 int zm_array_scatter_rows(zm_source *source, const zm_array *array, const uint64_t *rows,
-                          const uint64_t *out_rows, size_t count, void *out, zm_err *err);
+                          const uint64_t *out_rows, size_t count, void *out, unsigned flags,
+                          zm_err *err);
 
 /* A range [start, end) of values of a 1-d array. */
 typedef struct zm_range {
@@ -229,7 +235,8 @@ int zm_array_gather_ranges(zm_source *source, const zm_array *array, const zm_ra
 /* The same, range i written from value out_at[i] of out (the output places
  * may be in any order; the ranges still ascend). */
 int zm_array_scatter_ranges(zm_source *source, const zm_array *array, const zm_range *ranges,
-                            const uint64_t *out_at, size_t count, void *out, zm_err *err);
+                            const uint64_t *out_at, size_t count, void *out, unsigned flags,
+                            zm_err *err);
 
 /* Strings: count items, item i is bytes[offsets[i] .. offsets[i + 1]). */
 typedef struct zm_strings {

@@ -715,3 +715,60 @@ int zm__filter_decode_unsized(const zm__filter *filter, const uint8_t *in, size_
         return zm_err_set(err, -ENOTSUP, "%s is not a compressor zarrmount decodes", name);
     return zm__decode_grow(codec, filter, name, in, in_size, limit, out, out_size, err);
 }
+
+int zm__inflate_prefix(zm__stored_reader read, void *context, size_t stored, size_t raw_size,
+                       uint8_t *out, size_t needed, size_t *read_bytes, zm_err *err)
+{
+    *read_bytes = 0;
+    /* A first read of the stored bytes in proportion to the part needed
+     * (and a margin), then more in quarters of the chunk as the stream
+     * asks for them. */
+    size_t first = raw_size ? (size_t)((double)stored * needed / raw_size * 1.1) + 4096 : stored;
+    size_t step = stored / 4 + 4096;
+    if (first > stored)
+        first = stored;
+    uint8_t *buffer = malloc(first > step ? first : step);
+    if (buffer == NULL)
+        return zm_err_set(err, -ENOMEM, "deflate: out of memory for a chunk");
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (inflateInit(&zs) != Z_OK) {
+        free(buffer);
+        return zm_err_set(err, -ENOMEM, "deflate: cannot start inflating");
+    }
+    zs.next_out = out;
+    zs.avail_out = (uInt)needed;
+    size_t offset = 0;
+    int rc = 0;
+    while (rc == 0 && zs.avail_out > 0) {
+        if (zs.avail_in == 0) {
+            size_t want = offset == 0 ? first : step;
+            if (want > stored - offset)
+                want = stored - offset;
+            if (want == 0) {
+                rc = zm_err_set(err, -EIO, "deflate: the stream ends after %zu of %zu bytes",
+                                needed - zs.avail_out, needed);
+                break;
+            }
+            if ((rc = read(context, offset, buffer, want, err)) != 0)
+                break;
+            offset += want;
+            zs.next_in = buffer;
+            zs.avail_in = (uInt)want;
+        }
+        int z = inflate(&zs, Z_NO_FLUSH);
+        if (z == Z_STREAM_END) {
+            if (zs.avail_out > 0)
+                rc = zm_err_set(err, -EIO, "deflate: the stream holds %zu bytes, %zu were expected",
+                                needed - zs.avail_out, raw_size);
+            break;
+        }
+        if (z != Z_OK && !(z == Z_BUF_ERROR && zs.avail_in == 0))
+            rc = zm_err_set(err, -EIO, "deflate: corrupt stream (%s)",
+                            zs.msg ? zs.msg : "zlib error");
+    }
+    inflateEnd(&zs);
+    free(buffer);
+    *read_bytes = offset;
+    return rc;
+}

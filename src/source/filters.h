@@ -51,6 +51,18 @@ int zm__filter_decode(const zm__filter *filters, unsigned count, unsigned filter
                       size_t element_size, const uint8_t *in, size_t in_size, uint8_t *out,
                       size_t raw_size, zm_err *err);
 
+/* Reads size stored bytes at offset (within the chunk) into buffer. */
+typedef int (*zm__stored_reader)(void *context, size_t offset, void *buffer, size_t size,
+                                 zm_err *err);
+
+/* Inflates only the first `needed` bytes of a chunk stored as one zlib
+ * stream (HDF5's deflate filter alone) of stored bytes, reading the stored
+ * bytes as far as the stream needs them: a part of a chunk costs about its
+ * share of the chunk's bytes. *read_bytes gets the stored bytes read.
+ * -EIO with a reason if the stream is damaged or holds fewer bytes. */
+int zm__inflate_prefix(zm__stored_reader read, void *context, size_t stored, size_t raw_size,
+                       uint8_t *out, size_t needed, size_t *read_bytes, zm_err *err);
+
 /* Decodes one compressor's output (deflate, lzf, zstd, blosc) whose size
  * is not known up front: into *out (malloc'd), never more than limit bytes.
  * For HDF5's own reads, which hand a filter only the chunk's bytes. */

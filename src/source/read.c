@@ -2,6 +2,7 @@
  * and decode them on our own threads, each chunk once, kept in the shared
  * cache), and the dispatch to the HDF5 and memory paths. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -199,8 +200,10 @@ struct chunk_load {
 };
 
 /* Reads and decodes one chunk into raw (chunk_bytes of it), native order. */
+/* check: whether to check the values of the whole chunk (all of it is used,
+ * or it is kept for later uses); otherwise the caller checks what it takes. */
 static int decode_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *raw,
-                        zm_err *err)
+                        int check, zm_err *err)
 {
     uint64_t raw_size = chunk_bytes(array);
     uint64_t address = array->chunk_address[chunk];
@@ -239,7 +242,7 @@ static int decode_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint
         return rc;
     if (array->info.big_endian)
         swap_bytes(raw, raw_size / array->info.dtype.size, array->info.dtype.size);
-    if (checked_at_decode(array)) {
+    if (check && checked_at_decode(array)) {
         uint64_t origin = chunk * array->chunk[0];
         uint64_t valid = array->storage_shape[0] - origin;
         rc = check_values(array, raw, valid < array->chunk[0] ? valid : array->chunk[0], err);
@@ -258,7 +261,7 @@ static int load_chunk(void *context, uint8_t **bytes, size_t *size, zm_err *err)
     if (raw == NULL)
         return zm_err_set(err, -ENOMEM, "%s: out of memory for a %llu-byte chunk",
                           c->array->file_path, (unsigned long long)raw_size);
-    int rc = decode_chunk(c->source, c->array, c->chunk, raw, err);
+    int rc = decode_chunk(c->source, c->array, c->chunk, raw, 1, err);
     if (rc != 0) {
         free(raw);
         return rc;
@@ -291,7 +294,104 @@ struct gather {
     uint64_t *tasks;         /* chunk numbers to visit */
     uint64_t rest_chunks;    /* chunks per step along the row dimension */
     zm_err *errors;          /* one per task */
+    int one_pass;            /* a pass over many chunks: partly used ones are not kept */
 };
+
+/* A gather visiting at least this many chunks is a pass (a walk, a view's
+ * index pointers): its partly used chunks are decoded into a buffer of the
+ * thread's, not kept in the cache, where they would only push out chunks
+ * that smaller reads share and cost fresh memory each. */
+#define ONE_PASS_CHUNKS 64
+/* The thread's buffer is kept up to this size between chunks. */
+#define SCRATCH_KEEP_BYTES ((size_t)16 << 20)
+
+/* Each thread's buffer, freed when the thread ends. */
+typedef struct scratch_buffer {
+    uint8_t *bytes;
+    size_t size;
+} scratch_buffer;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *buffer)
+{
+    scratch_buffer *b = buffer;
+    if (b != NULL)
+        free(b->bytes);
+    free(b);
+}
+
+static void scratch_init(void)
+{
+    (void)pthread_key_create(&scratch_key, scratch_free);
+}
+
+static uint8_t *scratch(size_t size)
+{
+    pthread_once(&scratch_once, scratch_init);
+    scratch_buffer *b = pthread_getspecific(scratch_key);
+    if (b == NULL) {
+        if ((b = calloc(1, sizeof *b)) == NULL || pthread_setspecific(scratch_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+    }
+    if (size > b->size) {
+        free(b->bytes);
+        b->bytes = malloc(size ? size : 1);
+        b->size = b->bytes ? size : 0;
+    }
+    return b->bytes;
+}
+
+static void scratch_trim(void)
+{
+    scratch_buffer *b = pthread_getspecific(scratch_key);
+    if (b != NULL && b->size > SCRATCH_KEEP_BYTES) {
+        free(b->bytes);
+        b->bytes = NULL;
+        b->size = 0;
+    }
+}
+
+struct stored_at {
+    zm_source *source;
+    const zm_array *array;
+    uint64_t address;
+};
+
+static int read_stored(void *context, size_t offset, void *buffer, size_t size, zm_err *err)
+{
+    struct stored_at *at = context;
+    return read_exact(at->source, at->address + offset, buffer, size, at->array, err);
+}
+
+/* Decodes the first `values` values of a 1-d chunk stored by deflate alone,
+ * reading only as much of it as they need. 1 if done, 0 if the chunk is not
+ * stored that way (decode it whole), or a negative errno. */
+static int decode_prefix(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *raw,
+                         uint64_t values, zm_err *err)
+{
+    uint64_t address = array->chunk_address[chunk];
+    if (address == ZM__CHUNK_ABSENT || array->filter_count != 1 ||
+        array->filters[0].id != ZM__FILTER_DEFLATE || array->chunk_filter_mask[chunk] != 0)
+        return 0;
+    size_t size = array->info.dtype.size;
+    struct stored_at at = {source, array, address};
+    size_t read_bytes = 0;
+    zm_err inner;
+    zm_err_clear(&inner);
+    int rc = zm__inflate_prefix(read_stored, &at, array->chunk_stored_size[chunk],
+                                chunk_bytes(array), raw, values * size, &read_bytes, &inner);
+    if (rc != 0)
+        return zm_err_set(err, rc, "%s: chunk %llu: %s", array->file_path, (unsigned long long)chunk,
+                          inner.reason);
+    if (array->info.big_endian)
+        swap_bytes(raw, values, size);
+    source->chunks_decoded++;
+    return 1;
+}
 
 /* The first range that ends after row. */
 static size_t first_range_after(const struct gather *g, uint64_t row)
@@ -326,13 +426,46 @@ static int gather_chunk(void *context, size_t task)
                 return decode_chunk(g->source, array, chunk,
                                     g->out + (g->out_row[r] + origin - g->ranges[r].start) *
                                                  array->info.dtype.size,
-                                    &g->errors[task]);
+                                    1, &g->errors[task]);
         }
     }
     zm_cache_ref ref;
-    int rc = get_chunk(g->source, array, chunk, &ref, &g->errors[task]);
-    if (rc != 0)
-        return rc;
+    memset(&ref, 0, sizeof ref);
+    int rc;
+    int check_pieces = 0, scratched = 0;
+    if (g->one_pass && rank == 1) {
+        uint8_t *buffer = scratch(chunk_bytes(array));
+        if (buffer == NULL)
+            return zm_err_set(&g->errors[task], -ENOMEM, "%s: out of memory for a chunk",
+                              array->file_path);
+        /* The values of this chunk the pass takes lie before `needed`. */
+        uint64_t origin0 = chunk * array->chunk[0], needed = 0;
+        for (size_t r = first_range_after(g, origin0);
+             r < g->range_count && g->ranges[r].start < origin0 + array->chunk[0]; r++) {
+            uint64_t end = g->ranges[r].end < origin0 + array->chunk[0] ? g->ranges[r].end
+                                                                        : origin0 + array->chunk[0];
+            needed = end - origin0;
+        }
+        /* Inflating with zlib a part of a chunk costs about what libdeflate
+         * takes for all of it when the part is half: below that, the part
+         * alone is read and inflated. */
+        rc = needed * 2 <= array->chunk[0]
+                 ? decode_prefix(g->source, array, chunk, buffer, needed, &g->errors[task])
+                 : 0;
+        if (rc == 0)
+            rc = decode_chunk(g->source, array, chunk, buffer, 0, &g->errors[task]);
+        else if (rc == 1)
+            rc = 0;
+        if (rc != 0)
+            return rc;
+        ref.bytes = buffer;
+        scratched = 1;
+        check_pieces = checked_at_decode(array);
+    } else {
+        rc = get_chunk(g->source, array, chunk, &ref, &g->errors[task]);
+        if (rc != 0)
+            return rc;
+    }
     size_t size = array->info.dtype.size;
     uint64_t origin[ZM_MAX_RANK], valid[ZM_MAX_RANK], rest = chunk;
     for (int d = (int)rank - 1; d >= 0; d--) {
@@ -359,6 +492,10 @@ static int gather_chunk(void *context, size_t task)
             if (rank <= 1) {
                 memcpy(g->out + (g->out_row[r] + from - g->ranges[r].start) * size,
                        ref.bytes + (from - origin[0]) * size, (to - from) * size);
+                if (check_pieces &&
+                    (rc = check_values(array, ref.bytes + (from - origin[0]) * size, to - from,
+                                       &g->errors[task])) != 0)
+                    return rc;
                 continue;
             }
             for (uint64_t row = from; row < to; row++) {
@@ -396,12 +533,15 @@ static int gather_chunk(void *context, size_t task)
             }
         }
     }
-    zm_cache_release(g->source->cache, &ref);
+    if (scratched)
+        scratch_trim();
+    else
+        zm_cache_release(g->source->cache, &ref);
     return 0;
 }
 
 static int gather_chunked(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
-                          const uint64_t *out_row, uint8_t *out, zm_err *err)
+                          const uint64_t *out_row, uint8_t *out, unsigned flags, zm_err *err)
 {
     if (array->chunk_count == 0)
         return 0; /* a dimension of length 0: no value to read */
@@ -438,7 +578,8 @@ static int gather_chunked(zm_source *source, zm_array *array, const zm_range *ra
         }
     }
     size_t task_count = position_count * rest;
-    struct gather g = {source, array, ranges, count, out_row, out, NULL, rest, NULL};
+    struct gather g = {source, array, ranges, count, out_row, out, NULL, rest, NULL, 0};
+    g.one_pass = (flags & ZM_READ_PASS) || position_count * rest >= ONE_PASS_CHUNKS;
     g.tasks = malloc((task_count ? task_count : 1) * sizeof *g.tasks);
     g.errors = calloc(task_count ? task_count : 1, sizeof *g.errors);
     if (g.tasks == NULL || g.errors == NULL) {
@@ -621,7 +762,7 @@ static int check_ranges(const zm_array *array, const zm_range *ranges, size_t co
 /* Reads ranges into out: one after another, or (dest not NULL) range i at
  * row dest[i]. */
 static int read_ranges(zm_source *source, const zm_array *const_array, const zm_range *ranges,
-                       size_t count, const uint64_t *dest, void *out, zm_err *err)
+                       size_t count, const uint64_t *dest, void *out, unsigned flags, zm_err *err)
 {
     zm_array *array = (zm_array *)const_array;
     if (array->info.dtype.type_class == ZM_TYPE_STRING)
@@ -702,7 +843,7 @@ static int read_ranges(zm_source *source, const zm_array *const_array, const zm_
         break;
     case ZM_PATH_DIRECT:
         if (array->info.layout == ZM_LAYOUT_CHUNKED)
-            rc = gather_chunked(source, array, ranges, count, out_row, out, err);
+            rc = gather_chunked(source, array, ranges, count, out_row, out, flags, err);
         else
             rc = gather_contiguous(source, array, ranges, count, out_row, out, err);
         break;
@@ -735,7 +876,7 @@ int zm_array_read_rows(zm_source *source, const zm_array *array, uint64_t start,
                        void *out, zm_err *err)
 {
     zm_range range = {start, start + count};
-    return read_ranges(source, array, &range, 1, NULL, out, err);
+    return read_ranges(source, array, &range, 1, NULL, out, 0, err);
 }
 
 /* Turns ascending rows into ranges of consecutive rows. */
@@ -770,13 +911,14 @@ int zm_array_gather_rows(zm_source *source, const zm_array *array, const uint64_
     size_t n;
     int rc = rows_to_ranges(array, rows, count, &ranges, &n, err);
     if (rc == 0)
-        rc = read_ranges(source, array, ranges, n, NULL, out, err);
+        rc = read_ranges(source, array, ranges, n, NULL, out, 0, err);
     free(ranges);
     return rc;
 }
 
 int zm_array_scatter_rows(zm_source *source, const zm_array *array, const uint64_t *rows,
-                          const uint64_t *out_rows, size_t count, void *out, zm_err *err)
+                          const uint64_t *out_rows, size_t count, void *out, unsigned flags,
+                          zm_err *err)
 {
     zm_range *ranges = malloc((count ? count : 1) * sizeof *ranges);
     uint64_t *dest = malloc((count ? count : 1) * sizeof *dest);
@@ -804,7 +946,7 @@ int zm_array_scatter_rows(zm_source *source, const zm_array *array, const uint64
         }
     }
     if (rc == 0)
-        rc = read_ranges(source, array, ranges, n, dest, out, err);
+        rc = read_ranges(source, array, ranges, n, dest, out, flags, err);
     free(ranges);
     free(dest);
     return rc;
@@ -816,16 +958,17 @@ int zm_array_gather_ranges(zm_source *source, const zm_array *array, const zm_ra
     if (array->info.rank != 1)
         return zm_err_set(err, -EINVAL, "%s: ranges are read from 1-d arrays only",
                           array->file_path);
-    return read_ranges(source, array, ranges, count, NULL, out, err);
+    return read_ranges(source, array, ranges, count, NULL, out, 0, err);
 }
 
 int zm_array_scatter_ranges(zm_source *source, const zm_array *array, const zm_range *ranges,
-                            const uint64_t *out_at, size_t count, void *out, zm_err *err)
+                            const uint64_t *out_at, size_t count, void *out, unsigned flags,
+                            zm_err *err)
 {
     if (array->info.rank != 1)
         return zm_err_set(err, -EINVAL, "%s: ranges are read from 1-d arrays only",
                           array->file_path);
-    return read_ranges(source, array, ranges, count, out_at, out, err);
+    return read_ranges(source, array, ranges, count, out_at, out, flags, err);
 }
 
 int zm_strings_pick(const zm_strings *all, const uint64_t *rows, size_t count, uint64_t per_row,

@@ -183,7 +183,8 @@ static int cell_rows(zm_view *view, const zm_array *array, uint64_t from, uint64
     }
     /* Each row read straight into its place. */
     if (rc == 0)
-        rc = zm_array_scatter_rows(zm_view_source(view), array, rows, slots, count, out, err);
+        rc = zm_array_scatter_rows(zm_view_source(view), array, rows, slots, count, out,
+                                   from == 0 && to == zm_view_rows(view) ? ZM_READ_PASS : 0, err);
     free(pairs);
     free(rows);
     free(slots);
@@ -382,7 +383,9 @@ static int entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, 
             ranges[i] = (zm_range){sstart, sstart + (b2 - a)};
             dest[i] = a - e0;
         }
-        rc = zm_array_scatter_ranges(source, node->source, ranges, dest, majors, out, err);
+        /* All of the view's entries at once: a walk. */
+        unsigned flags = e0 == 0 && e1 == (uint64_t)s.indptr[s.rows] ? ZM_READ_PASS : 0;
+        rc = zm_array_scatter_ranges(source, node->source, ranges, dest, majors, out, flags, err);
         free(pairs);
         free(ranges);
         free(dest);

@@ -205,8 +205,16 @@ static int read_pointers_of(zm_view *view, const zm_array *indptr, uint64_t majo
             rows[count++] = sorted[i];
         rows[count++] = (uint64_t)sorted[i] + 1;
     }
+    /* One pass: the pointer chunks only as far as the cells need them. */
+    uint64_t *places = rc == 0 ? malloc((count ? count : 1) * sizeof *places) : NULL;
+    if (rc == 0 && places == NULL)
+        rc = zm_err_set(err, -ENOMEM, "out of memory");
+    for (uint64_t i = 0; rc == 0 && i < count; i++)
+        places[i] = i;
     if (rc == 0)
-        rc = zm_array_gather_rows(view->source, indptr, rows, count, raw, err);
+        rc = zm_array_scatter_rows(view->source, indptr, rows, places, count, raw, ZM_READ_PASS,
+                                   err);
+    free(places);
     for (uint64_t i = 0; rc == 0 && i < count; i++) {
         uint64_t u = 0;
         memcpy(&u, raw + i * info->dtype.size, info->dtype.size);
