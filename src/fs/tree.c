@@ -693,21 +693,71 @@ static void start_ahead(zm_tree *t, const char *key, const place *w)
     pthread_mutex_unlock(&t->mutex);
 }
 
+static void *hand_on_early(void *context)
+{
+    struct ahead *a = context;
+    zm_tree *t = a->tree;
+    target tg;
+    zm_err err;
+    zm_view *view = NULL;
+    if (parse_path(t, a->key, &tg, &err) == 0 && view_get(t, &tg, &view, &err) == 0) {
+        walk_next(a, view);
+        view_release(t, view);
+    }
+    free(a);
+    pthread_mutex_lock(&t->mutex);
+    t->ahead_running--;
+    pthread_cond_broadcast(&t->changed);
+    pthread_mutex_unlock(&t->mutex);
+    return NULL;
+}
+
+/* A walk of strings runs on one core (HDF5 reads them under its lock): the
+ * walk of the array after it starts at once on another thread, rather than
+ * when the strings are done. */
+static void start_next_walk_early(zm_tree *t, zm_view *view, const char *key, const place *w)
+{
+    if (t->closing || w->file != F_CHUNK || w->node->walk != NULL ||
+        w->node->producer != ZM_PRODUCE_CELL_STRINGS || !zm_synth_walks(view, w->node))
+        return;
+    struct ahead *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return;
+    a->tree = t;
+    snprintf(a->key, sizeof a->key, "%s", key);
+    snprintf(a->store_path, sizeof a->store_path, "%s", w->store_path);
+    a->node = w->node;
+    pthread_mutex_lock(&t->mutex);
+    t->ahead_running++;
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&thread, &attr, hand_on_early, a) != 0) {
+        t->ahead_running--;
+        free(a);
+    }
+    pthread_attr_destroy(&attr);
+    pthread_mutex_unlock(&t->mutex);
+}
+
 static int with_file(zm_tree *t, zm_view *view, const char *full_path, const place *w,
                      zm_cache_ref *ref, zm_err *err)
 {
-    int rc = file_in_cache(t, view, full_path, w, ref, err);
-    if (rc == 0 && w->file == F_CHUNK && w->node->walk != NULL) {
-        /* full_path is "<view key>/<store path>/<chunk key>". */
+    /* full_path is "<view key>/<store path>/<chunk key>". */
+    char key[128] = "";
+    if (w->file == F_CHUNK) {
         const char *chunk = strrchr(full_path, '/');
-        size_t tail = strlen(w->store_path) + strlen(chunk) + 1;
+        size_t tail = strlen(w->store_path) + (chunk ? strlen(chunk) : 0) + 1;
         size_t length = strlen(full_path);
-        if (chunk && length > tail && length - tail < 128) {
-            char key[128];
+        if (chunk && length > tail && length - tail < sizeof key)
             snprintf(key, sizeof key, "%.*s", (int)(length - tail), full_path);
-            start_ahead(t, key, w);
-        }
     }
+    if (key[0])
+        start_next_walk_early(t, view, key, w);
+    int rc = file_in_cache(t, view, full_path, w, ref, err);
+    if (rc == 0 && key[0] && w->node->walk != NULL)
+        start_ahead(t, key, w);
     return rc;
 }
 
