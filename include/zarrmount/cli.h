@@ -28,6 +28,12 @@ typedef struct zm_select_command {
 /* Reads a request object. -EINVAL with a one-line reason for anything the
  * contract does not allow or the kernel refuses up front. */
 int zm_select_command_parse(const struct json_t *root, zm_select_command *command, zm_err *err);
+/* The same with a source file (NULL: none): "field" (an obs key: its
+ * codes, as a stratified view takes them) and "embedding" (an obsm key,
+ * with "columns" of it: its coordinates) read from it, and n its cells. */
+struct zm_source;
+int zm_select_command_parse_source(const struct json_t *root, struct zm_source *source,
+                                   zm_select_command *command, zm_err *err);
 void zm_select_command_free(zm_select_command *command);
 
 /* Runs a parsed request and writes the result object and a newline to out. */
@@ -36,6 +42,8 @@ int zm_select_command_run(const zm_select_command *command, FILE *out, zm_err *e
 /* The whole command: one request read from in, the result (or
  * {"error": reason}) written to out. Returns the exit code. */
 int zm_select_main(FILE *in, FILE *out);
+/* The same with --source FILE (NULL: none). */
+int zm_select_main_source(FILE *in, FILE *out, const char *source);
 
 /* `zarrmount inspect FILE [--json]` (argv after "inspect"). Returns the exit
  * code. */

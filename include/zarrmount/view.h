@@ -22,7 +22,11 @@ typedef enum zm_view_kind {
     ZM_VIEW_FILE,    /* every cell in file order */
     ZM_VIEW_UNIFORM, /* the uniform subsample (seed, k) */
     ZM_VIEW_BLOCKS,  /* the blocks subsample (seed, k, block size) */
+    ZM_VIEW_STRATIFIED, /* split over an obs column's categories */
+    ZM_VIEW_SPATIAL,    /* split over the boxes of an embedding's grid */
 } zm_view_kind;
+
+#define ZM_VIEW_KEY_MAX 256 /* an obs or obsm key, with its NUL */
 
 typedef struct zm_view_spec {
     zm_view_kind kind;
@@ -30,7 +34,60 @@ typedef struct zm_view_spec {
     uint64_t k;          /* requested size (≥ 1); k ≥ n keeps every cell */
     uint64_t block_size; /* blocks */
     int block_size_given;/* B in the path (else the file's B0) */
+    /* stratified */
+    char field[ZM_VIEW_KEY_MAX];
+    zm_allocation allocation;
+    uint64_t minimum;
+    /* spatial */
+    char embedding[ZM_VIEW_KEY_MAX];
+    unsigned columns[3];
+    unsigned column_count; /* 0: the first min(3, columns) */
+    uint64_t grid_size;    /* 0: ZM_DEFAULT_GRID_SIZE */
 } zm_view_spec;
+
+/* ---- What stratified and spatial views split by ------------------------------ */
+
+/* An obs column's strata: one code per cell (negative: missing, the extra
+ * stratum) and the category names in stratum order. From a categorical
+ * column (codes and categories as stored), or a string or boolean column
+ * (values made categories in code-point order). -ENOENT for an unknown
+ * key; -EINVAL with the reason for a column that cannot stratify. */
+typedef struct zm_field_strata {
+    int32_t *codes;
+    uint64_t count;   /* categories */
+    zm_strings names; /* count names */
+} zm_field_strata;
+int zm_view_field_strata(zm_source *source, const char *field, zm_field_strata *out, zm_err *err);
+/* Whether obs/<field> can stratify, from the element model alone (reads
+ * nothing): 0, or -ENOENT / -EINVAL with the reason. */
+int zm_view_field_check(zm_source *source, const char *field, zm_err *err);
+void zm_field_strata_free(zm_field_strata *strata);
+
+/* An embedding: obsm/<key>, an array with one row a cell (or a dataframe of
+ * numeric columns). Its number of columns, and n × count coordinates of the
+ * given columns, as binary64. -ENOENT / -EINVAL with the reason. */
+int zm_view_embedding_columns(zm_source *source, const char *key, uint64_t *columns, zm_err *err);
+int zm_view_embedding_coords(zm_source *source, const char *key, const unsigned *columns,
+                             unsigned count, double **coords, zm_err *err);
+
+/* The obs keys that can stratify, and the obsm keys that can place cells,
+ * in the file's order. emit returns non-zero to stop (returned). */
+typedef int (*zm_view_key_emit)(void *context, const char *key);
+int zm_view_strata_fields(zm_source *source, zm_view_key_emit emit, void *context);
+int zm_view_embeddings(zm_source *source, zm_view_key_emit emit, void *context);
+
+/* The kernel request a spec makes (not for file/, which selects nothing):
+ * codes or coordinates read from the source, and the columns and grid size
+ * filled in. */
+typedef struct zm_view_request {
+    zm_request request;
+    zm_field_strata strata; /* stratified */
+    double *coords;         /* spatial */
+    unsigned columns[3];    /* spatial: the columns used */
+} zm_view_request;
+int zm_view_request_make(zm_source *source, const zm_view_spec *spec, zm_view_request *out,
+                         zm_err *err);
+void zm_view_request_free(zm_view_request *request);
 
 /* Where an array's chunks come from. */
 typedef enum zm_producer {

@@ -9,7 +9,7 @@
 
 static const char usage[] =
     "Usage: zarrmount [options] SOURCE MOUNTPOINT\n"
-    "       zarrmount select < REQUEST.json\n"
+    "       zarrmount select [--source FILE] < REQUEST.json\n"
     "       zarrmount inspect FILE [--json]\n"
     "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size BYTES]\n"
     "       zarrmount --version | --help\n"
@@ -29,15 +29,19 @@ static const char usage[] =
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "select") == 0) {
-        if (argc > 2) {
-            fprintf(stderr, "zarrmount select: unexpected argument '%s' (the request is read from stdin)\n",
+        const char *source = NULL;
+        if (argc == 4 && strcmp(argv[2], "--source") == 0) {
+            source = argv[3];
+        } else if (argc > 2) {
+            fprintf(stderr, "zarrmount select: unexpected argument '%s' (the request is read from "
+                            "stdin; --source FILE gives a file for \"field\" and \"embedding\")\n",
                     argv[2]);
             return ZM_EXIT_REFUSED;
         }
         /* Results can be hundreds of megabytes: write in large blocks. */
         static char buffer[1 << 20];
         setvbuf(stdout, buffer, _IOFBF, sizeof buffer);
-        return zm_select_main(stdin, stdout);
+        return zm_select_main_source(stdin, stdout, source);
     }
     if (argc >= 2 && strcmp(argv[1], "inspect") == 0)
         return zm_inspect_main(argc - 2, argv + 2, stdout);

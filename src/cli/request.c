@@ -7,10 +7,12 @@
 #include <string.h>
 
 #include "zarrmount/cli.h"
+#include "zarrmount/view.h"
 
 static const char *const known_keys[] = {
     "method", "n", "seed", "k", "share", "percent", "blockSize", "codes", "values",
     "allocation", "minimum", "coords", "columns", "gridSize", "summary", "sizeOnly",
+    "field", "embedding",
 };
 
 /* A JSON integer, or a real with an integral value (5.0, 1e3: what a writer
@@ -269,6 +271,12 @@ static int read_size(const json_t *root, zm_select_command *command, zm_err *err
 
 int zm_select_command_parse(const json_t *root, zm_select_command *command, zm_err *err)
 {
+    return zm_select_command_parse_source(root, NULL, command, err);
+}
+
+int zm_select_command_parse_source(const json_t *root, struct zm_source *source,
+                                   zm_select_command *command, zm_err *err)
+{
     memset(command, 0, sizeof *command);
     command->request.allocation = ZM_ALLOCATION_PROPORTIONAL;
     command->request.grid_size = ZM_DEFAULT_GRID_SIZE;
@@ -313,6 +321,7 @@ int zm_select_command_parse(const json_t *root, zm_select_command *command, zm_e
         {"values", ZM_METHOD_STRATIFIED},     {"allocation", ZM_METHOD_STRATIFIED},
         {"minimum", ZM_METHOD_STRATIFIED},    {"coords", ZM_METHOD_SPATIAL},
         {"gridSize", ZM_METHOD_SPATIAL},     {"columns", ZM_METHOD_SPATIAL},
+        {"field", ZM_METHOD_STRATIFIED},      {"embedding", ZM_METHOD_SPATIAL},
     };
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
         if (json_object_get(root, owned[i].key) && owned[i].method != m)
@@ -329,13 +338,63 @@ int zm_select_command_parse(const json_t *root, zm_select_command *command, zm_e
         if (given && command->request.block_size == 0)
             return zm_err_set(err, -EINVAL, "blockSize = 0 is refused: a block holds at least one cell");
     }
+    json_t *field = json_object_get(root, "field"), *embedding = json_object_get(root, "embedding");
+    if ((field || embedding) && source == NULL)
+        return zm_err_set(err, -EINVAL, "\"%s\" names a key of a file: give it with --source FILE",
+                          field ? "field" : "embedding");
+    if (source != NULL && !n_given) {
+        command->request.n = zm_source_n_obs(source);
+        n_given = 1;
+    }
+    if (field != NULL) {
+        if (json_object_get(root, "codes") || json_object_get(root, "values"))
+            return zm_err_set(err, -EINVAL, "give one of \"field\", \"codes\" or \"values\"");
+        if (!json_is_string(field))
+            return zm_err_set(err, -EINVAL, "\"field\" must be an obs key (a string)");
+        if ((rc = settle_n(command, &n_given, zm_source_n_obs(source), "field", err)))
+            return rc;
+        zm_field_strata strata;
+        if ((rc = zm_view_field_strata(source, json_string_value(field), &strata, err)) != 0)
+            return rc == -ENOENT ? -EINVAL : rc;
+        command->codes = strata.codes;
+        strata.codes = NULL;
+        zm_field_strata_free(&strata);
+        command->request.codes = command->codes;
+    }
+    if (embedding != NULL) {
+        if (json_object_get(root, "coords"))
+            return zm_err_set(err, -EINVAL, "give either \"embedding\" or \"coords\", not both");
+        if (!json_is_string(embedding))
+            return zm_err_set(err, -EINVAL, "\"embedding\" must be an obsm key (a string)");
+        const char *key = json_string_value(embedding);
+        uint64_t width;
+        if ((rc = settle_n(command, &n_given, zm_source_n_obs(source), "embedding", err)) ||
+            (rc = zm_view_embedding_columns(source, key, &width, err)) != 0)
+            return rc == -ENOENT ? -EINVAL : rc;
+        size_t columns[3], dims = 0;
+        unsigned chosen[3];
+        if (json_object_get(root, "columns") == NULL) {
+            dims = width < 3 ? (size_t)width : 3;
+            for (size_t a = 0; a < dims; a++)
+                columns[a] = a;
+        } else if ((rc = read_columns(root, (size_t)width, columns, &dims, err)) != 0) {
+            return rc;
+        }
+        for (size_t a = 0; a < dims; a++)
+            chosen[a] = (unsigned)columns[a];
+        if ((rc = zm_view_embedding_coords(source, key, chosen, (unsigned)dims, &command->coords,
+                                           err)) != 0)
+            return rc == -ENOENT ? -EINVAL : rc;
+        command->request.coords = command->coords;
+        command->request.dims = (unsigned)dims;
+    }
     if (m == ZM_METHOD_STRATIFIED) {
         json_t *codes = json_object_get(root, "codes"), *values = json_object_get(root, "values");
         if (codes && values)
             return zm_err_set(err, -EINVAL, "give either \"codes\" or \"values\", not both");
         json_t *array = codes ? codes : values;
         const char *name = codes ? "codes" : "values";
-        if (array == NULL && !command->size_only)
+        if (array == NULL && field == NULL && !command->size_only)
             return zm_err_set(err, -EINVAL, "stratified needs \"codes\" or \"values\"");
         if (array != NULL) {
             if (!json_is_array(array))
@@ -359,9 +418,11 @@ int zm_select_command_parse(const json_t *root, zm_select_command *command, zm_e
                                &given, err)))
             return rc;
         json_t *coords = json_object_get(root, "coords");
-        if (coords == NULL && !command->size_only)
-            return zm_err_set(err, -EINVAL, "spatial needs \"coords\"");
-        if (coords != NULL) {
+        if (coords == NULL && embedding == NULL && !command->size_only)
+            return zm_err_set(err, -EINVAL, "spatial needs \"coords\" (or \"embedding\")");
+        if (embedding != NULL) {
+            /* read above */
+        } else if (coords != NULL) {
             if (!json_is_array(coords))
                 return zm_err_set(err, -EINVAL, "\"coords\" must be an array");
             if ((rc = settle_n(command, &n_given, json_array_size(coords), "coords", err)) ||

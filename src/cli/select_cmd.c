@@ -6,6 +6,9 @@
 
 #include "cli/base64.h"
 #include "zarrmount/cli.h"
+#include "zarrmount/source.h"
+
+static int zm_select_main_with(FILE *in, FILE *out, zm_source *source);
 
 #define SUMMARY_LENGTH 20
 
@@ -147,7 +150,25 @@ static char *quote_non_finite(const char *text, size_t length, size_t *out_lengt
     return out;
 }
 
-int zm_select_main(FILE *in, FILE *out)
+int zm_select_main(FILE *in, FILE *out) { return zm_select_main_source(in, out, NULL); }
+
+int zm_select_main_source(FILE *in, FILE *out, const char *source_path)
+{
+    zm_source *source = NULL;
+    if (source_path != NULL) {
+        zm_err open_err;
+        zm_err_clear(&open_err);
+        if (zm_source_open(source_path, NULL, &source, &open_err) != 0) {
+            write_error(out, open_err.reason);
+            return ZM_EXIT_REFUSED;
+        }
+    }
+    int status = zm_select_main_with(in, out, source);
+    zm_source_close(source);
+    return status;
+}
+
+static int zm_select_main_with(FILE *in, FILE *out, zm_source *source)
 {
     json_error_t parse_error;
     size_t raw_length = 0, length = 0;
@@ -170,7 +191,7 @@ int zm_select_main(FILE *in, FILE *out)
     zm_select_command command;
     zm_err err;
     zm_err_clear(&err);
-    int rc = zm_select_command_parse(root, &command, &err);
+    int rc = zm_select_command_parse_source(root, source, &command, &err);
     json_decref(root); /* the command owns copies of everything it keeps */
     if (rc == 0)
         rc = zm_select_command_run(&command, out, &err);

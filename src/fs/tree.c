@@ -144,24 +144,226 @@ static int parse_number(const char *text, size_t length, uint64_t low, uint64_t 
     return 0;
 }
 
+/* A view's key: the method's path with every setting spelled out. */
+#define ZM__VIEW_KEY 640
+
 typedef enum target_kind {
     T_ROOT,
     T_INFO_DIR,
     T_INFO_FILE,
-    T_METHOD,   /* uniform/ or blocks/ */
+    T_METHOD,   /* uniform/, blocks/, stratified/, spatial/ */
     T_BLOCK,    /* blocks/B=<B>/ */
+    T_FIELD,    /* stratified/<obs key>/, spatial/<obsm key>/ */
+    T_ALLOC,    /* stratified/<key>/<allocation>/ */
+    T_MINIMUM,  /* stratified/<key>/<allocation>/min=<m>/ */
+    T_GRID,     /* spatial/<key>/G=<G>/ */
+    T_COLUMNS,  /* spatial/<key>/G=<G>/cols=<i,j,l>/ */
     T_SEED,     /* .../seed<S>/ */
+    T_LINK,     /* .../seed<S>/share=<x> or pct=<x>: a link to k=<K> */
     T_VIEW,     /* a view, and a path inside it */
 } target_kind;
 
 typedef struct target {
     target_kind kind;
     zm_view_spec spec;
-    char key[128];       /* the view's key */
+    char key[ZM__VIEW_KEY];  /* the view's key */
+    char link[64];           /* T_LINK: the k= directory it points to */
     const char *rest;    /* inside the view */
 } target;
 
 static size_t component(const char *p) { const char *s = strchr(p, '/'); return s ? (size_t)(s - p) : strlen(p); }
+
+/* The next component of *p (its length), moving *p past it. */
+static size_t take(const char **p, const char **part)
+{
+    *part = *p;
+    size_t n = component(*p);
+    *p = (*p)[n] ? *p + n + 1 : *p + n;
+    return n;
+}
+
+/* "seed<S>", then nothing (T_SEED), or a size: k=<K> (a view), share= or
+ * pct= (a link to the k= it resolves to). */
+static int parse_seed_and_size(zm_tree *t, const char *p, const char *prefix, target *out,
+                               zm_err *err)
+{
+    const char *part;
+    size_t n = take(&p, &part);
+    uint64_t seed;
+    if (n < 5 || strncmp(part, "seed", 4) || parse_number(part + 4, n - 4, 0, UINT32_MAX, &seed) != 0)
+        return zm_err_set(err, -ENOENT,
+                          "%.*s: expected seed<S> with S a canonical decimal in 0..4294967295",
+                          (int)(n > 80 ? 80 : n), part);
+    out->spec.seed = (uint32_t)seed;
+    if (*p == '\0') {
+        out->kind = T_SEED;
+        return 0;
+    }
+    n = take(&p, &part);
+    uint64_t n_obs = zm_source_n_obs(t->source);
+    if ((n > 6 && !strncmp(part, "share=", 6)) || (n > 4 && !strncmp(part, "pct=", 4))) {
+        int share = part[0] == 's';
+        size_t skip = share ? 6 : 4;
+        char text[64];
+        if (n - skip >= sizeof text)
+            return zm_err_set(err, -ENOENT, "%.*s: too long a size", (int)(n > 80 ? 80 : n), part);
+        memcpy(text, part + skip, n - skip);
+        text[n - skip] = '\0';
+        uint64_t k;
+        zm_err why;
+        zm_err_clear(&why);
+        if (zm_size_from_text(text, share ? ZM_SHARE_FRACTION : ZM_SHARE_PERCENT, n_obs, &k, &why) != 0)
+            return zm_err_set(err, -ENOENT, "%.*s: %s", (int)n, part, why.reason);
+        if (*p != '\0')
+            return zm_err_set(err, -ENOENT, "%.*s is a link to a k= directory: look inside that",
+                              (int)n, part);
+        out->kind = T_LINK;
+        snprintf(out->link, sizeof out->link, "k=%" PRIu64, k);
+        return 0;
+    }
+    if (n < 3 || strncmp(part, "k=", 2))
+        return zm_err_set(err, -ENOENT, "%.*s: expected k=<K>, share=<fraction> or pct=<percent>",
+                          (int)(n > 80 ? 80 : n), part);
+    if (parse_number(part + 2, n - 2, 0, UINT64_MAX, &out->spec.k) != 0)
+        return zm_err_set(err, -ENOENT, "%.*s: k is a canonical decimal", (int)(n > 80 ? 80 : n),
+                          part);
+    if (out->spec.k == 0)
+        return zm_err_set(err, -ENOENT, "%.*s: k = 0 is refused: a subsample keeps at least one cell",
+                          (int)n, part);
+    out->kind = T_VIEW;
+    out->rest = p;
+    int length = snprintf(out->key, sizeof out->key, "%s/seed%u/k=%" PRIu64, prefix,
+                          out->spec.seed, out->spec.k);
+    if (length < 0 || (size_t)length >= sizeof out->key)
+        return zm_err_set(err, -ENAMETOOLONG, "%s: too long a view", prefix);
+    return 0;
+}
+
+/* A key from the path: one component, at most ZM_VIEW_KEY_MAX - 1 bytes. */
+static int copy_key(const char *part, size_t n, char *key, zm_err *err)
+{
+    if (n == 0 || n >= ZM_VIEW_KEY_MAX)
+        return zm_err_set(err, -ENOENT, "%.*s: not a key", (int)(n > 80 ? 80 : n), part);
+    memcpy(key, part, n);
+    key[n] = '\0';
+    return 0;
+}
+
+static int parse_stratified(zm_tree *t, const char *p, target *out, zm_err *err)
+{
+    const char *part;
+    size_t n = take(&p, &part);
+    int rc = copy_key(part, n, out->spec.field, err);
+    if (rc != 0)
+        return rc;
+    if ((rc = zm_view_field_check(t->source, out->spec.field, err)) != 0)
+        return rc == -EINVAL || rc == -ENOENT ? -ENOENT : rc;
+    out->spec.allocation = ZM_ALLOCATION_PROPORTIONAL;
+    out->spec.minimum = 0;
+    if (*p == '\0') {
+        out->kind = T_FIELD;
+        return 0;
+    }
+    if (strncmp(p, "seed", 4) != 0) {
+        n = take(&p, &part);
+        char name[32] = "";
+        if (n < sizeof name)
+            memcpy(name, part, n);
+        if (zm_allocation_from_name(name, &out->spec.allocation) != 0)
+            return zm_err_set(err, -ENOENT, "%.*s: expected proportional, balanced or seed<S>",
+                              (int)(n > 80 ? 80 : n), part);
+        if (*p == '\0') {
+            out->kind = T_ALLOC;
+            return 0;
+        }
+        n = take(&p, &part);
+        if (n < 5 || strncmp(part, "min=", 4) ||
+            parse_number(part + 4, n - 4, 0, UINT32_MAX, &out->spec.minimum) != 0)
+            return zm_err_set(err, -ENOENT, "%.*s: expected min=<m>, m a canonical decimal",
+                              (int)(n > 80 ? 80 : n), part);
+        if (*p == '\0') {
+            out->kind = T_MINIMUM;
+            return 0;
+        }
+    }
+    char prefix[ZM__VIEW_KEY];
+    snprintf(prefix, sizeof prefix, "stratified/%s/%s/min=%" PRIu64, out->spec.field,
+             zm_allocation_name(out->spec.allocation), out->spec.minimum);
+    return parse_seed_and_size(t, p, prefix, out, err);
+}
+
+static int parse_spatial(zm_tree *t, const char *p, target *out, zm_err *err)
+{
+    const char *part;
+    size_t n = take(&p, &part);
+    int rc = copy_key(part, n, out->spec.embedding, err);
+    if (rc != 0)
+        return rc;
+    uint64_t columns;
+    if ((rc = zm_view_embedding_columns(t->source, out->spec.embedding, &columns, err)) != 0)
+        return rc == -EINVAL || rc == -ENOENT ? -ENOENT : rc;
+    out->spec.grid_size = ZM_DEFAULT_GRID_SIZE;
+    out->spec.column_count = columns < 3 ? (unsigned)columns : 3;
+    for (unsigned c = 0; c < out->spec.column_count; c++)
+        out->spec.columns[c] = c;
+    if (*p == '\0') {
+        out->kind = T_FIELD;
+        return 0;
+    }
+    if (strncmp(p, "seed", 4) != 0) {
+        n = take(&p, &part);
+        if (n < 3 || strncmp(part, "G=", 2) ||
+            parse_number(part + 2, n - 2, 1, UINT64_MAX, &out->spec.grid_size) != 0)
+            return zm_err_set(err, -ENOENT, "%.*s: expected G=<G> (G ≥ 1, canonical) or seed<S>",
+                              (int)(n > 80 ? 80 : n), part);
+        if (*p == '\0') {
+            out->kind = T_GRID;
+            return 0;
+        }
+        n = take(&p, &part);
+        if (n < 6 || strncmp(part, "cols=", 5))
+            return zm_err_set(err, -ENOENT, "%.*s: expected cols=<i>[,<j>[,<l>]]",
+                              (int)(n > 80 ? 80 : n), part);
+        unsigned count = 0;
+        const char *c = part + 5, *end = part + n;
+        for (;;) {
+            const char *comma = memchr(c, ',', (size_t)(end - c));
+            size_t length = comma ? (size_t)(comma - c) : (size_t)(end - c);
+            uint64_t column;
+            if (count == 3 || parse_number(c, length, 0, UINT32_MAX, &column) != 0)
+                return zm_err_set(err, -ENOENT,
+                                  "%.*s: one to three columns, canonical decimals, comma-separated",
+                                  (int)(n > 80 ? 80 : n), part);
+            if (column >= columns)
+                return zm_err_set(err, -ENOENT, "%.*s: obsm/%s has %" PRIu64 " columns",
+                                  (int)(n > 80 ? 80 : n), part, out->spec.embedding, columns);
+            out->spec.columns[count++] = (unsigned)column;
+            if (comma == NULL)
+                break;
+            c = comma + 1;
+        }
+        out->spec.column_count = count;
+        if (*p == '\0') {
+            out->kind = T_COLUMNS;
+            return 0;
+        }
+    }
+    /* The refusal that does not depend on the cells, here: G^d < 2^53. */
+    double origin = 0;
+    zm_request check = {.method = ZM_METHOD_SPATIAL, .n = 1, .k = 1, .coords = &origin,
+                        .dims = out->spec.column_count, .grid_size = out->spec.grid_size};
+    zm_err why;
+    zm_err_clear(&why);
+    if (out->spec.column_count > 0 && zm_request_check(&check, &why) != 0)
+        return zm_err_set(err, -ENOENT, "spatial/%s: %s", out->spec.embedding, why.reason);
+    char prefix[ZM__VIEW_KEY], cols[48] = "";
+    for (unsigned i = 0; i < out->spec.column_count; i++)
+        snprintf(cols + strlen(cols), sizeof cols - strlen(cols), "%s%u", i ? "," : "",
+                 out->spec.columns[i]);
+    snprintf(prefix, sizeof prefix, "spatial/%s/G=%" PRIu64 "/cols=%s", out->spec.embedding,
+             out->spec.grid_size, cols);
+    return parse_seed_and_size(t, p, prefix, out, err);
+}
 
 static int parse_path(zm_tree *t, const char *path, target *out, zm_err *err)
 {
@@ -171,77 +373,63 @@ static int parse_path(zm_tree *t, const char *path, target *out, zm_err *err)
         out->kind = T_ROOT;
         return 0;
     }
-    size_t n = component(path);
-    const char *next = path[n] ? path + n + 1 : path + n;
-    if (n == 10 && !strncmp(path, ".zarrmount", 10)) {
-        if (*next == '\0')
+    const char *p = path, *part;
+    size_t n = take(&p, &part);
+    if (n == 10 && !strncmp(part, ".zarrmount", 10)) {
+        if (*p == '\0')
             out->kind = T_INFO_DIR;
-        else if (!strcmp(next, "info.json"))
+        else if (!strcmp(p, "info.json"))
             out->kind = T_INFO_FILE;
         else
             return zm_err_set(err, -ENOENT, "%s: no such file", path);
         return 0;
     }
-    if ((n == 4 && !strncmp(path, "full", 4)) || (n == 4 && !strncmp(path, "file", 4))) {
+    if ((n == 4 && !strncmp(part, "full", 4)) || (n == 4 && !strncmp(part, "file", 4))) {
         out->kind = T_VIEW;
-        out->spec.kind = path[1] == 'u' ? ZM_VIEW_FULL : ZM_VIEW_FILE;
+        out->spec.kind = part[1] == 'u' ? ZM_VIEW_FULL : ZM_VIEW_FILE;
         out->spec.k = 1;
-        snprintf(out->key, sizeof out->key, "%.4s", path);
-        out->rest = next;
+        snprintf(out->key, sizeof out->key, "%.4s", part);
+        out->rest = p;
         return 0;
     }
-    int blocks = n == 6 && !strncmp(path, "blocks", 6);
-    if (!blocks && !(n == 7 && !strncmp(path, "uniform", 7)))
-        return zm_err_set(err, -ENOENT, "%.*s: no such view (full, file, uniform, blocks)", (int)n, path);
-    out->spec.kind = blocks ? ZM_VIEW_BLOCKS : ZM_VIEW_UNIFORM;
+    int blocks = n == 6 && !strncmp(part, "blocks", 6);
+    int uniform = n == 7 && !strncmp(part, "uniform", 7);
+    int stratified = n == 10 && !strncmp(part, "stratified", 10);
+    int spatial = n == 7 && !strncmp(part, "spatial", 7);
+    if (!blocks && !uniform && !stratified && !spatial)
+        return zm_err_set(err, -ENOENT,
+                          "%.*s: no such view (full, file, uniform, blocks, stratified, spatial)",
+                          (int)(n > 80 ? 80 : n), part);
+    out->spec.kind = blocks ? ZM_VIEW_BLOCKS
+                   : uniform ? ZM_VIEW_UNIFORM
+                   : stratified ? ZM_VIEW_STRATIFIED
+                                : ZM_VIEW_SPATIAL;
     out->spec.block_size = t->b0.block_size;
-    if (*next == '\0') {
+    if (*p == '\0') {
         out->kind = T_METHOD;
         return 0;
     }
-    const char *p = next;
-    n = component(p);
-    next = p[n] ? p + n + 1 : p + n;
-    if (blocks && n > 2 && !strncmp(p, "B=", 2)) {
-        if (parse_number(p + 2, n - 2, 1, UINT64_MAX >> 1, &out->spec.block_size) != 0)
+    if (stratified)
+        return parse_stratified(t, p, out, err);
+    if (spatial)
+        return parse_spatial(t, p, out, err);
+    if (blocks && !strncmp(p, "B=", 2)) {
+        n = take(&p, &part);
+        if (parse_number(part + 2, n - 2, 1, UINT64_MAX >> 1, &out->spec.block_size) != 0)
             return zm_err_set(err, -ENOENT, "%.*s: a block size is B=<integer ≥ 1> in canonical decimal",
-                              (int)n, p);
+                              (int)(n > 80 ? 80 : n), part);
         out->spec.block_size_given = 1;
-        if (*next == '\0') {
+        if (*p == '\0') {
             out->kind = T_BLOCK;
             return 0;
         }
-        p = next;
-        n = component(p);
-        next = p[n] ? p + n + 1 : p + n;
     }
-    uint64_t seed;
-    if (n < 5 || strncmp(p, "seed", 4) || parse_number(p + 4, n - 4, 0, UINT32_MAX, &seed) != 0)
-        return zm_err_set(err, -ENOENT, "%.*s: expected seed<S> with S a canonical decimal in 0..4294967295",
-                          (int)n, p);
-    out->spec.seed = (uint32_t)seed;
-    if (*next == '\0') {
-        out->kind = T_SEED;
-        return 0;
-    }
-    p = next;
-    n = component(p);
-    next = p[n] ? p + n + 1 : p + n;
-    if (n < 3 || strncmp(p, "k=", 2))
-        return zm_err_set(err, -ENOENT, "%.*s: expected k=<K>", (int)n, p);
-    if (parse_number(p + 2, n - 2, 0, UINT64_MAX, &out->spec.k) != 0)
-        return zm_err_set(err, -ENOENT, "%.*s: k is a canonical decimal", (int)n, p);
-    if (out->spec.k == 0)
-        return zm_err_set(err, -ENOENT, "%.*s: k = 0 is refused: a subsample keeps at least one cell",
-                          (int)n, p);
-    out->kind = T_VIEW;
-    out->rest = next;
+    char prefix[64];
     if (blocks)
-        snprintf(out->key, sizeof out->key, "blocks/B=%" PRIu64 "/seed%u/k=%" PRIu64,
-                 out->spec.block_size, out->spec.seed, out->spec.k);
+        snprintf(prefix, sizeof prefix, "blocks/B=%" PRIu64, out->spec.block_size);
     else
-        snprintf(out->key, sizeof out->key, "uniform/seed%u/k=%" PRIu64, out->spec.seed, out->spec.k);
-    return 0;
+        snprintf(prefix, sizeof prefix, "uniform");
+    return parse_seed_and_size(t, p, prefix, out, err);
 }
 
 /* ---- Views --------------------------------------------------------------------- */
@@ -268,6 +456,8 @@ static int view_get(zm_tree *t, const target *tg, zm_view **out, zm_err *err)
 
     zm_view *view = NULL;
     int rc = zm_view_create(t->source, &tg->spec, t->chunk_bytes, &view, err);
+    if (rc == -EINVAL)
+        rc = -ENOENT; /* refused by the kernel: the path names no view */
 
     pthread_mutex_lock(&t->mutex);
     t->building = 0;
@@ -481,7 +671,10 @@ static uint64_t file_key(zm_view *view, const char *full_path, const place *w)
 {
     const zm_store_node *n = w->node;
     const zm_view_spec *spec = zm_view_get_spec(view);
-    if (w->file != F_CHUNK || spec->kind == ZM_VIEW_FILE || n->meta.rank == 0 || n->cell_columns ||
+    /* stratified and spatial views are not nested: their allocation
+     * changes with k. */
+    if (w->file != F_CHUNK || spec->kind == ZM_VIEW_FILE || spec->kind == ZM_VIEW_STRATIFIED ||
+        spec->kind == ZM_VIEW_SPATIAL || n->meta.rank == 0 || n->cell_columns ||
         (w->coords[0] + 1) * n->meta.chunks[0] > n->meta.shape[0])
         return path_key(full_path);
     if (n->producer == ZM_PRODUCE_ENTRIES || n->producer == ZM_PRODUCE_INDPTR) {
@@ -525,7 +718,7 @@ static int file_in_cache(zm_tree *t, zm_view *view, const char *full_path, const
  * cache is single flight), so a walk uses every core. */
 struct ahead {
     zm_tree *tree;
-    char key[128];            /* the view */
+    char key[ZM__VIEW_KEY];   /* the view */
     char store_path[1024];    /* the array in the view */
     const zm_store_node *node;
     uint64_t chunks;
@@ -745,7 +938,7 @@ static int with_file(zm_tree *t, zm_view *view, const char *full_path, const pla
                      zm_cache_ref *ref, zm_err *err)
 {
     /* full_path is "<view key>/<store path>/<chunk key>". */
-    char key[128] = "";
+    char key[ZM__VIEW_KEY] = "";
     if (w->file == F_CHUNK) {
         const char *chunk = strrchr(full_path, '/');
         size_t tail = strlen(w->store_path) + (chunk ? strlen(chunk) : 0) + 1;
@@ -785,11 +978,18 @@ int zm__tree_lookup(zm_tree *t, const char *path, zm_node *node, zm_err *err)
         node->size = t->info_size;
         return 0;
     }
+    if (tg.kind == T_LINK) {
+        node->kind = ZM_NODE_LINK;
+        node->size = strlen(tg.link);
+        return 0;
+    }
     if (tg.kind != T_VIEW)
         return 0;
     zm_view *view;
     if ((rc = view_get(t, &tg, &view, err)) != 0)
-        return rc;
+        /* A request the kernel refuses (a minimum that does not fit, ...)
+         * names no view: the path does not exist. */
+        return rc == -EINVAL ? -ENOENT : rc;
     place w;
     rc = locate(view, tg.rest, &w, err);
     if (rc == 0 && w.file != F_NONE) {
@@ -822,6 +1022,20 @@ static int by_name(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+struct list_keys {
+    zm__tree_emit emit;
+    void *context;
+};
+
+static int emit_key(void *context, const char *key)
+{
+    struct list_keys *k = context;
+    /* Keys that cannot be a path component are left out of listings. */
+    if (key[0] == '\0' || strchr(key, '/') || !strcmp(key, ".") || !strcmp(key, ".."))
+        return 0;
+    return emit_name(k->emit, k->context, key, ZM_NODE_DIRECTORY, 0);
+}
+
 int zm__tree_list(zm_tree *t, const char *path, zm__tree_emit emit, void *context, zm_err *err)
 {
     target tg;
@@ -831,17 +1045,50 @@ int zm__tree_list(zm_tree *t, const char *path, zm__tree_emit emit, void *contex
     char name[64];
     switch (tg.kind) {
     case T_ROOT: {
-        static const char *const names[] = {".zarrmount", "blocks", "file", "full", "uniform"};
-        for (size_t i = 0; i < 5; i++)
+        static const char *const names[] = {".zarrmount", "blocks",     "file",   "full",
+                                            "spatial",    "stratified", "uniform"};
+        for (size_t i = 0; i < 7; i++)
             if ((rc = emit_name(emit, context, names[i], ZM_NODE_DIRECTORY, 0)) != 0)
                 return rc;
         return 0;
     }
+    case T_LINK:
+        return zm_err_set(err, -ENOTDIR, "%s: a link, not a directory", path);
+    case T_FIELD:
+        if (tg.spec.kind == ZM_VIEW_STRATIFIED) {
+            static const char *const names[] = {"balanced", "proportional", "seed0"};
+            for (size_t i = 0; i < 3; i++)
+                if ((rc = emit_name(emit, context, names[i], ZM_NODE_DIRECTORY, 0)) != 0)
+                    return rc;
+            return 0;
+        }
+        snprintf(name, sizeof name, "G=%d", ZM_DEFAULT_GRID_SIZE);
+        if ((rc = emit_name(emit, context, name, ZM_NODE_DIRECTORY, 0)) != 0)
+            return rc;
+        return emit_name(emit, context, "seed0", ZM_NODE_DIRECTORY, 0);
+    case T_ALLOC:
+        return emit_name(emit, context, "min=0", ZM_NODE_DIRECTORY, 0);
+    case T_GRID: {
+        /* The default columns, and each column alone. */
+        char cols[48] = "cols=";
+        for (unsigned i = 0; i < tg.spec.column_count; i++)
+            snprintf(cols + strlen(cols), sizeof cols - strlen(cols), "%s%u", i ? "," : "", i);
+        return emit_name(emit, context, cols, ZM_NODE_DIRECTORY, 0);
+    }
+    case T_MINIMUM:
+    case T_COLUMNS:
+        return emit_name(emit, context, "seed0", ZM_NODE_DIRECTORY, 0);
     case T_INFO_DIR:
         return emit_name(emit, context, "info.json", ZM_NODE_FILE, t->info_size);
     case T_INFO_FILE:
         return zm_err_set(err, -ENOTDIR, "%s: not a directory", path);
     case T_METHOD:
+        if (tg.spec.kind == ZM_VIEW_STRATIFIED || tg.spec.kind == ZM_VIEW_SPATIAL) {
+            struct list_keys k = {emit, context};
+            return tg.spec.kind == ZM_VIEW_STRATIFIED
+                       ? zm_view_strata_fields(t->source, emit_key, &k)
+                       : zm_view_embeddings(t->source, emit_key, &k);
+        }
         if (tg.spec.kind == ZM_VIEW_BLOCKS) {
             snprintf(name, sizeof name, "B=%" PRIu64, t->b0.block_size);
             if ((rc = emit_name(emit, context, name, ZM_NODE_DIRECTORY, 0)) != 0)
@@ -963,10 +1210,16 @@ int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, vo
 
 int zm__tree_readlink(zm_tree *t, const char *path, char *target_out, size_t size, zm_err *err)
 {
-    (void)t;
-    (void)target_out;
-    (void)size;
-    return zm_err_set(err, -EINVAL, "%s: not a link", path);
+    target tg;
+    int rc = parse_path(t, path, &tg, err);
+    if (rc != 0)
+        return rc;
+    if (tg.kind != T_LINK)
+        return zm_err_set(err, -EINVAL, "%s: not a link", path);
+    if (strlen(tg.link) >= size)
+        return zm_err_set(err, -ENAMETOOLONG, "%s: the link does not fit", path);
+    memcpy(target_out, tg.link, strlen(tg.link) + 1);
+    return 0;
 }
 
 int zm__tree_check_source(zm_tree *t, zm_err *err)

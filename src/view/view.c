@@ -126,17 +126,18 @@ static int select_cells(zm_view *view, zm_err *err)
         zm_cellset_digest(view->order, n, n, view->digest);
         return 0;
     }
-    zm_request request = {.method = ZM_METHOD_UNIFORM, .n = n, .seed = view->spec.seed,
-                          .k = view->spec.k};
-    if (view->spec.kind == ZM_VIEW_FULL) {
-        request.seed = 0;
-        request.k = n ? n : 1;
-    } else if (view->spec.kind == ZM_VIEW_BLOCKS) {
-        request.method = ZM_METHOD_BLOCKS;
-        request.block_size = view->spec.block_size;
+    zm_view_request made;
+    int rc = zm_view_request_make(view->source, &view->spec, &made, err);
+    if (rc != 0)
+        return rc;
+    if (view->spec.kind == ZM_VIEW_SPATIAL) {
+        memcpy(view->spec.columns, made.columns, sizeof view->spec.columns);
+        view->spec.column_count = made.request.dims;
+        view->spec.grid_size = made.request.grid_size;
     }
     zm_selection selection;
-    int rc = zm_select(&request, &selection, err);
+    rc = zm_select(&made.request, &selection, err);
+    zm_view_request_free(&made);
     if (rc != 0)
         return rc;
     view->rows = selection.k;
@@ -145,6 +146,70 @@ static int select_cells(zm_view *view, zm_err *err)
     zm_cellset_digest(selection.positions, selection.k, selection.n, view->digest);
     zm_selection_free(&selection);
     return 0;
+}
+
+int zm_view_request_make(zm_source *source, const zm_view_spec *spec, zm_view_request *out,
+                         zm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t n = zm_source_n_obs(source);
+    zm_request *r = &out->request;
+    *r = (zm_request){.method = ZM_METHOD_UNIFORM, .n = n, .seed = spec->seed, .k = spec->k};
+    switch (spec->kind) {
+    case ZM_VIEW_FULL:
+        r->seed = 0;
+        r->k = n ? n : 1;
+        break;
+    case ZM_VIEW_FILE:
+        return zm_err_set(err, -EINVAL, "file/ selects no cells: it is every cell in file order");
+    case ZM_VIEW_UNIFORM:
+        break;
+    case ZM_VIEW_BLOCKS:
+        r->method = ZM_METHOD_BLOCKS;
+        r->block_size = spec->block_size;
+        break;
+    case ZM_VIEW_STRATIFIED: {
+        r->method = ZM_METHOD_STRATIFIED;
+        r->allocation = spec->allocation;
+        r->minimum = spec->minimum;
+        int rc = zm_view_field_strata(source, spec->field, &out->strata, err);
+        if (rc != 0)
+            return rc;
+        r->codes = out->strata.codes;
+        break;
+    }
+    case ZM_VIEW_SPATIAL: {
+        r->method = ZM_METHOD_SPATIAL;
+        r->grid_size = spec->grid_size ? spec->grid_size : ZM_DEFAULT_GRID_SIZE;
+        uint64_t columns;
+        int rc = zm_view_embedding_columns(source, spec->embedding, &columns, err);
+        if (rc != 0)
+            return rc;
+        unsigned count = spec->column_count;
+        if (count == 0) {
+            count = columns < 3 ? (unsigned)columns : 3;
+            for (unsigned c = 0; c < count; c++)
+                out->columns[c] = c;
+        } else {
+            memcpy(out->columns, spec->columns, sizeof out->columns);
+        }
+        r->dims = count;
+        rc = zm_view_embedding_coords(source, spec->embedding, out->columns, count, &out->coords,
+                                      err);
+        if (rc != 0)
+            return rc;
+        r->coords = out->coords;
+        break;
+    }
+    }
+    return 0;
+}
+
+void zm_view_request_free(zm_view_request *request)
+{
+    zm_field_strata_free(&request->strata);
+    free(request->coords);
+    request->coords = NULL;
 }
 
 /* ---- Sparse layout ----------------------------------------------------------- */
@@ -728,7 +793,7 @@ static zm_store_node *group_child(zm_store_node *parent, const char *name)
 
 static const char *kind_name(zm_view_kind kind)
 {
-    static const char *const names[] = {"full", "file", "uniform", "blocks"};
+    static const char *const names[] = {"full", "file", "uniform", "blocks", "stratified", "spatial"};
     return names[kind];
 }
 
@@ -769,6 +834,19 @@ static int build_store(zm_view *view, zm_err *err)
         json_object_set_new(v, "seed", json_integer(0));
     if (view->spec.kind == ZM_VIEW_BLOCKS)
         json_object_set_new(v, "blockSize", json_integer((json_int_t)view->spec.block_size));
+    if (view->spec.kind == ZM_VIEW_STRATIFIED) {
+        json_object_set_new(v, "field", json_string(view->spec.field));
+        json_object_set_new(v, "allocation", json_string(zm_allocation_name(view->spec.allocation)));
+        json_object_set_new(v, "minimum", json_integer((json_int_t)view->spec.minimum));
+    }
+    if (view->spec.kind == ZM_VIEW_SPATIAL) {
+        json_t *columns = json_array();
+        for (unsigned c = 0; c < view->spec.column_count; c++)
+            json_array_append_new(columns, json_integer(view->spec.columns[c]));
+        json_object_set_new(v, "embedding", json_string(view->spec.embedding));
+        json_object_set_new(v, "columns", columns);
+        json_object_set_new(v, "gridSize", json_integer((json_int_t)view->spec.grid_size));
+    }
     if (view->spec.kind == ZM_VIEW_FILE)
         json_object_del(v, "seed");
     const zm_source_identity *id = zm_source_get_identity(view->source);

@@ -13,6 +13,7 @@ sources.
 """
 import contextlib
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import views  # noqa: E402
 
 import anndata  # noqa: E402
+import numpy as np  # noqa: E402
 import dask.array  # noqa: E402
 import xxhash  # noqa: E402
 import zarr  # noqa: E402
@@ -132,6 +134,128 @@ def check_source(path):
                 check(f"{name} ENOENT for {p}", error.errno == errno.ENOENT, str(error))
 
 
+def select_source(path, request):
+    """zarrmount select --source PATH: (result, None) or (None, refusal)."""
+    done = subprocess.run([views.BINARY, "select", "--source", path], input=json.dumps(request),
+                          capture_output=True, text=True, timeout=600)
+    out = json.loads(done.stdout)
+    if done.returncode == 2:
+        return None, out["error"]
+    if done.returncode != 0:
+        raise RuntimeError(f"select --source {path}: {done.stdout}{done.stderr}")
+    return out, None
+
+
+def method_views(path, ref, n):
+    """(view path, request) for stratified and spatial views of a source."""
+    out = []
+    fields = [c for c in ref.obs.columns if str(ref.obs[c].dtype) == "category"]
+    if fields and n >= 2:
+        f = fields[0]
+        cats = int(ref.obs[f].nunique()) + 1
+        out.append((f"stratified/{f}/seed1/k={max(1, n // 3)}",
+                    {"method": "stratified", "field": f, "seed": 1, "k": max(1, n // 3)}))
+        for allocation, seed in (("proportional", 2), ("balanced", 3)):
+            k = max(1, min(n, max(n // 2, cats)))
+            out.append((f"stratified/{f}/{allocation}/min=1/seed{seed}/k={k}",
+                        {"method": "stratified", "field": f, "seed": seed, "k": k,
+                         "allocation": allocation, "minimum": 1}))
+    embeddings = [e for e in ref.obsm.keys()
+                  if getattr(ref.obsm[e], "ndim", 0) == 2 and ref.obsm[e].shape[1] >= 1
+                  and np.issubdtype(np.asarray(ref.obsm[e]).dtype, np.number)]
+    if embeddings and n >= 2:
+        e = embeddings[0]
+        width = ref.obsm[e].shape[1]
+        k = max(1, n // 3)
+        out.append((f"spatial/{e}/seed0/k={k}", {"method": "spatial", "embedding": e, "seed": 0, "k": k}))
+        out.append((f"spatial/{e}/G=5/cols=0/seed4/k={k}",
+                    {"method": "spatial", "embedding": e, "seed": 4, "k": k, "gridSize": 5, "columns": [0]}))
+        if width >= 2:
+            out.append((f"spatial/{e}/G=7/cols=1,0/seed5/k={k}",
+                        {"method": "spatial", "embedding": e, "seed": 5, "k": k, "gridSize": 7, "columns": [1, 0]}))
+        if width >= 3:
+            out.append((f"spatial/{e}/G=3/cols=0,1,2/seed6/k={k}",
+                        {"method": "spatial", "embedding": e, "seed": 6, "k": k, "gridSize": 3,
+                         "columns": [0, 1, 2]}))
+    return fields, embeddings, out
+
+
+def check_methods(path):
+    """stratified and spatial views against the source subset to select's
+    order; share= and pct= links; listings; refusals are ENOENT."""
+    name = views.display_name(path)
+    ref = views.reference(path)
+    n = ref.n_obs
+    fields, embeddings, view_list = method_views(path, ref, n)
+    with mounted(path) as point:
+        listed = set(os.listdir(os.path.join(point, "stratified")))
+        check(f"{name} stratified/ lists every categorical obs column", set(fields) <= listed,
+              f"{sorted(fields)} vs {sorted(listed)}")
+        listed = set(os.listdir(os.path.join(point, "spatial")))
+        check(f"{name} spatial/ lists the numeric embeddings", set(embeddings) <= listed,
+              f"{sorted(embeddings)} vs {sorted(listed)}")
+        for view, request in view_list:
+            label = f"{name} {view}"
+            try:
+                result, refusal = select_source(path, request)
+                target = os.path.join(point, view)
+                if refusal is not None:
+                    code = 0
+                    try:
+                        os.stat(target)
+                    except OSError as error:
+                        code = error.errno
+                    check(label + " (refused: ENOENT)", code == errno.ENOENT, refusal)
+                    continue
+                got = anndata.read_zarr(target)
+                attrs = json.load(open(os.path.join(target, ".zattrs")))["zarrmount"]["view"]
+                if attrs["digest"] != result["digest"]:
+                    raise views.Differ(f"digest {attrs['digest']}, select says {result['digest']}")
+                views.check_view(got, ref, np.array(result["order"], dtype=np.int64), request["method"], n)
+                check(label, True)
+            except Exception as error:  # noqa: BLE001
+                check(label, False, str(error) if isinstance(error, views.Differ) else traceback.format_exc(limit=3))
+        # share= and pct= are links to the k= the kernel computes.
+        links = [("uniform/seed0", "share", "0.5", {"method": "uniform"}),
+                 ("uniform/seed0", "pct", "12.5", {"method": "uniform"}),
+                 ("blocks/seed3", "share", "0.25", {"method": "blocks", "blockSize": 4})]
+        if fields:
+            links.append((f"stratified/{fields[0]}/seed1", "pct", "50", {"method": "uniform"}))
+        if embeddings:
+            links.append((f"spatial/{embeddings[0]}/seed0", "share", "0.1", {"method": "uniform"}))
+        for directory, kind, value, request in links:
+            if n == 0:
+                break
+            request = dict(request, n=n, sizeOnly=True)
+            request["share" if kind == "share" else "percent"] = value
+            k = views.run_json(["select"], json.dumps(request))["k"]
+            link = os.path.join(point, directory, f"{kind}={value}")
+            try:
+                target = os.readlink(link)
+                ok = target == f"k={k}" and os.path.isdir(link) and os.path.samefile(link, os.path.join(point, directory, target))
+                check(f"{name} {directory}/{kind}={value} -> k={k}", ok, target)
+            except OSError as error:
+                check(f"{name} {directory}/{kind}={value} -> k={k}", False, str(error))
+        bad = ["stratified/no-such-column/seed0/k=1", "spatial/no-such-embedding/seed0/k=1",
+               "uniform/seed0/share=0", "uniform/seed0/share=1.5", "uniform/seed0/pct=0",
+               "uniform/seed0/pct=101", "uniform/seed0/share=abc"]
+        if fields:
+            bad += [f"stratified/{fields[0]}/even/min=0/seed0/k=1", f"stratified/{fields[0]}/balanced/min=01/seed0/k=1",
+                    f"stratified/{fields[0]}/balanced/min={n + 1}/seed0/k=1"]
+        if embeddings:
+            bad += [f"spatial/{embeddings[0]}/G=0/cols=0/seed0/k=1", f"spatial/{embeddings[0]}/G=1/cols=-1/seed0/k=1",
+                    f"spatial/{embeddings[0]}/G=1/cols=1.5/seed0/k=1",
+                    f"spatial/{embeddings[0]}/G=4294967296/cols=0,0/seed0/k=1",
+                    f"spatial/{embeddings[0]}/G=1/cols=0,0,0,0/seed0/k=1",
+                    f"spatial/{embeddings[0]}/G=1/cols=99999/seed0/k=1"]
+        for p in bad:
+            try:
+                os.stat(os.path.join(point, p))
+                check(f"{name} ENOENT for {p}", False, "exists")
+            except OSError as error:
+                check(f"{name} ENOENT for {p}", error.errno == errno.ENOENT, str(error))
+
+
 def copy_and_identity():
     source = os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad")
     info, _ = views.views_for(source)
@@ -180,6 +304,10 @@ def main():
             check_source(path)
         except Exception:  # noqa: BLE001
             check(f"{path}: mount", False, traceback.format_exc(limit=3))
+        try:
+            check_methods(path)
+        except Exception:  # noqa: BLE001
+            check(f"{path}: stratified and spatial views", False, traceback.format_exc(limit=3))
     if not os.environ.get("ZM_ONLY"):
         copy_and_identity()
     print(f"1..{len(results)}")
