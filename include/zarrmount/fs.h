@@ -23,4 +23,9 @@ int zm_fs_main(int argc, char **argv);
 int zm_fs_export(const char *source, const char *view, const char *directory, const char *codec,
                  unsigned threads, uint64_t chunk_bytes);
 
+/* `zarrmount explain SOURCE PATH [--json]` or `zarrmount explain MNT/PATH
+ * [--json]` (argv after "explain"): what a path is, or why it does not
+ * exist (exit 2), resolved without reading a chunk. */
+int zm_fs_explain(int argc, char **argv);
+
 #endif

@@ -12,6 +12,7 @@ static const char usage[] =
     "       zarrmount select [--source FILE] < REQUEST.json\n"
     "       zarrmount inspect FILE [--json]\n"
     "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size BYTES]\n"
+    "       zarrmount explain SOURCE PATH [--json] | zarrmount explain MNT/PATH [--json]\n"
     "       zarrmount --version | --help\n"
     "\n"
     "Commands:\n"
@@ -23,6 +24,9 @@ static const char usage[] =
     "            array is stored and read, and the default block size B0\n"
     "  export    write one view (full, file, uniform/seed0/k=1000, blocks/seed0/k=1000,\n"
     "            ...) as a Zarr directory store: the bytes a mount serves, no FUSE\n"
+    "  explain   what a path of the tree is (a view: method, n, k and how it came\n"
+    "            from a share, seed, settings, digest, strata, first cells), or why\n"
+    "            it does not exist (exit 2); reads no chunk\n"
     "\n"
     "Mount: zarrmount [options] SOURCE MOUNTPOINT (the options: zarrmount --help, docs/mount.md)\n";
 
@@ -45,6 +49,8 @@ int main(int argc, char **argv)
     }
     if (argc >= 2 && strcmp(argv[1], "inspect") == 0)
         return zm_inspect_main(argc - 2, argv + 2, stdout);
+    if (argc >= 2 && strcmp(argv[1], "explain") == 0)
+        return zm_fs_explain(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "export") == 0) {
         const char *codec = NULL;
         unsigned long long chunk = 0;

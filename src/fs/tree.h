@@ -63,6 +63,14 @@ int zm__tree_list(zm_tree *tree, const char *path, zm__tree_emit emit, void *con
 int zm__tree_read(zm_tree *tree, const char *path, uint64_t offset, size_t size, void *buffer,
                   size_t *done, zm_err *err);
 
+/* What a path is, for `zarrmount explain`, as a JSON object (a json_t *):
+ * a directory, a link and the size rule, or a view (method, n, k, seed,
+ * settings and where they came from, digest, strata, first cells in
+ * priority order). Reads no chunk. -ENOENT with the reason a path does not
+ * exist (not canonical, refused by the kernel, an unknown key). */
+struct json_t;
+int zm__tree_explain(zm_tree *tree, const char *path, struct json_t **out, zm_err *err);
+
 /* The target of a link. */
 int zm__tree_readlink(zm_tree *tree, const char *path, char *target, size_t size, zm_err *err);
 

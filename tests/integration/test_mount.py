@@ -211,6 +211,16 @@ def check_methods(path):
                 attrs = json.load(open(os.path.join(target, ".zattrs")))["zarrmount"]["view"]
                 if attrs["digest"] != result["digest"]:
                     raise views.Differ(f"digest {attrs['digest']}, select says {result['digest']}")
+                for key in ("field", "allocation", "minimum", "embedding", "columns", "gridSize"):
+                    if key in request and attrs.get(key) != request[key]:
+                        raise views.Differ(f".zattrs {key} = {attrs.get(key)}, asked {request[key]}")
+                # explain says the same without reading a chunk.
+                told = views.run_json(["explain", target, "--json"])
+                if (told["digest"], told["k"], told["firstCells"]) != (result["digest"], result["k"], result["order"][:10]):
+                    raise views.Differ(f"explain: {told['digest']} k={told['k']} {told['firstCells']}")
+                if "strata" in told and (sum(x["cells"] for x in told["strata"]) != n
+                                         or sum(x["kept"] for x in told["strata"]) != result["k"]):
+                    raise views.Differ(f"explain: strata do not add up: {told['strata']}")
                 views.check_view(got, ref, np.array(result["order"], dtype=np.int64), request["method"], n)
                 check(label, True)
             except Exception as error:  # noqa: BLE001
@@ -254,6 +264,10 @@ def check_methods(path):
                 check(f"{name} ENOENT for {p}", False, "exists")
             except OSError as error:
                 check(f"{name} ENOENT for {p}", error.errno == errno.ENOENT, str(error))
+            told = subprocess.run([views.BINARY, "explain", os.path.join(point, p)], capture_output=True,
+                                  text=True, timeout=600)
+            check(f"{name} explain says why {p} does not exist",
+                  told.returncode == 2 and "does not exist: " in told.stdout, told.stdout + told.stderr)
 
 
 def copy_and_identity():
