@@ -56,4 +56,44 @@ void zm_cache_get_stats(zm_cache *cache, zm_cache_stats *stats);
 /* xxh3-64 of a byte string (libxxhash), for building keys. */
 uint64_t zm_cache_key(const void *bytes, size_t length);
 
+/* ---- On disk: work kept across mounts ----------------------------------------- */
+
+/* A directory of entries that outlive a mount: each filed under a space
+ * (what it belongs to, a source's identity) and a key, with an xxh3 of its
+ * bytes checked on every read (a damaged, truncated or foreign entry is
+ * removed and reported missing, never served), written under a temporary
+ * name and renamed (a crash leaves no half entry), the whole bounded and
+ * evicted least recently used first. A format number in the layout keeps
+ * a newer zarrmount off an older one's entries (which eviction removes
+ * first). Entries are in the machine's byte order: another machine's read
+ * as damaged. Thread-safe; several processes may share a directory. */
+typedef struct zm_disk zm_disk;
+
+typedef struct zm_disk_stats {
+    uint64_t hits, misses, writes, evictions, damaged;
+    uint64_t bytes_held, entries, capacity_bytes;
+} zm_disk_stats;
+
+/* The directory used when none is given: $XDG_CACHE_HOME/zarrmount, else
+ * /var/tmp/zarrmount. */
+void zm_disk_default_directory(char *out, size_t size);
+
+/* Opens (making it if needed) the cache in directory (absolute), bounded to
+ * max_bytes; removes temporary files a crash left. -EINVAL, -errno with the
+ * reason (not writable, ...). */
+int zm_disk_open(const char *directory, uint64_t max_bytes, zm_disk **out, zm_err *err);
+void zm_disk_close(zm_disk *disk);
+
+/* The entry's bytes in a malloc'd *bytes. -ENOENT if there is none (or it
+ * was damaged: then it is removed, and err says why). */
+int zm_disk_get(zm_disk *disk, const char *space, const char *key, uint8_t **bytes, size_t *size,
+                zm_err *err);
+
+/* Files (or replaces) an entry, evicting the least recently used ones if
+ * the bound would be passed. -EFBIG for an entry larger than the bound. */
+int zm_disk_put(zm_disk *disk, const char *space, const char *key, const void *bytes, size_t size,
+                zm_err *err);
+
+void zm_disk_get_stats(zm_disk *disk, zm_disk_stats *stats);
+
 #endif

@@ -1,0 +1,359 @@
+/* The disk cache: entries survive a reopen (a remount), a damaged or
+ * truncated entry is detected, removed and reported missing (never served),
+ * spaces (sources) never see each other's entries, a crash's temporary files
+ * are never read and are cleaned up, another format is ignored, the bound
+ * holds with the least recently used entries out first, and threads share
+ * it safely. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "zarrmount/cache.h"
+
+static char root[64];
+
+static void make_root(void)
+{
+    snprintf(root, sizeof root, "/tmp/zm-disk-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(root));
+}
+
+static void remove_tree(const char *path)
+{
+    char command[256];
+    snprintf(command, sizeof command, "rm -rf '%s'", path);
+    cr_assert_eq(system(command), 0);
+}
+
+static void fill(uint8_t *bytes, size_t size, unsigned seed)
+{
+    for (size_t i = 0; i < size; i++)
+        bytes[i] = (uint8_t)(i * 131 + seed * 7 + (i >> 9));
+}
+
+/* The path of the one entry file under root (there must be exactly one). */
+static int only_entry(const char *directory, char *out, size_t size)
+{
+    DIR *d = opendir(directory);
+    if (d == NULL)
+        return 0;
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", directory, e->d_name);
+        struct stat st;
+        if (stat(path, &st) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode))
+            found += only_entry(path, out, size);
+        else if (strstr(e->d_name, ".entry")) {
+            snprintf(out, size, "%s", path);
+            found++;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+Test(disk, round_trip_and_survives_a_reopen)
+{
+    make_root();
+    zm_disk *disk;
+    zm_err err = {0};
+    cr_assert_eq(zm_disk_open(root, 1 << 20, &disk, &err), 0, "%s", err.reason);
+    uint8_t value[5000];
+    fill(value, sizeof value, 1);
+    cr_assert_eq(zm_disk_put(disk, "source-a", "uniform|0|X/data|3", value, sizeof value, &err), 0,
+                 "%s", err.reason);
+    uint8_t *got;
+    size_t size;
+    cr_assert_eq(zm_disk_get(disk, "source-a", "uniform|0|X/data|3", &got, &size, &err), 0, "%s",
+                 err.reason);
+    cr_assert_eq(size, sizeof value);
+    cr_assert(memcmp(got, value, size) == 0);
+    free(got);
+    /* Absent keys and other spaces miss. */
+    cr_expect_eq(zm_disk_get(disk, "source-a", "uniform|0|X/data|4", &got, &size, &err), -ENOENT);
+    cr_expect_eq(zm_disk_get(disk, "source-b", "uniform|0|X/data|3", &got, &size, &err), -ENOENT);
+    zm_disk_close(disk);
+    /* A second mount finds it. */
+    cr_assert_eq(zm_disk_open(root, 1 << 20, &disk, &err), 0, "%s", err.reason);
+    zm_disk_stats stats;
+    zm_disk_get_stats(disk, &stats);
+    cr_expect_eq(stats.entries, 1);
+    cr_assert_eq(zm_disk_get(disk, "source-a", "uniform|0|X/data|3", &got, &size, &err), 0, "%s",
+                 err.reason);
+    cr_expect(size == sizeof value && memcmp(got, value, size) == 0);
+    free(got);
+    /* An empty entry is an entry. */
+    cr_assert_eq(zm_disk_put(disk, "source-a", "empty", "", 0, &err), 0, "%s", err.reason);
+    cr_assert_eq(zm_disk_get(disk, "source-a", "empty", &got, &size, &err), 0, "%s", err.reason);
+    cr_expect_eq(size, 0);
+    free(got);
+    zm_disk_close(disk);
+    remove_tree(root);
+}
+
+static void damage_and_check(const char *how)
+{
+    make_root();
+    zm_disk *disk;
+    zm_err err = {0};
+    cr_assert_eq(zm_disk_open(root, 1 << 20, &disk, &err), 0, "%s", err.reason);
+    uint8_t value[3000];
+    fill(value, sizeof value, 2);
+    cr_assert_eq(zm_disk_put(disk, "s", "k", value, sizeof value, &err), 0, "%s", err.reason);
+    char path[512];
+    cr_assert_eq(only_entry(root, path, sizeof path), 1);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    if (strcmp(how, "flip") == 0) {
+        int fd = open(path, O_RDWR);
+        uint8_t byte;
+        cr_assert_eq(pread(fd, &byte, 1, st.st_size - 100), 1);
+        byte ^= 0x10;
+        cr_assert_eq(pwrite(fd, &byte, 1, st.st_size - 100), 1);
+        close(fd);
+    } else if (strcmp(how, "header") == 0) {
+        int fd = open(path, O_RDWR);
+        uint8_t byte = 0x7f;
+        cr_assert_eq(pwrite(fd, &byte, 1, 20), 1);
+        close(fd);
+    } else if (strcmp(how, "truncate") == 0) {
+        cr_assert_eq(truncate(path, st.st_size / 2), 0);
+    } else if (strcmp(how, "empty") == 0) {
+        cr_assert_eq(truncate(path, 0), 0);
+    } else if (strcmp(how, "extend") == 0) {
+        int fd = open(path, O_WRONLY | O_APPEND);
+        cr_assert_eq(write(fd, "more", 4), 4);
+        close(fd);
+    }
+    uint8_t *got = NULL;
+    size_t size;
+    zm_err_clear(&err);
+    cr_expect_eq(zm_disk_get(disk, "s", "k", &got, &size, &err), -ENOENT, "%s: served", how);
+    cr_expect_null(got);
+    cr_expect(strstr(err.reason, "removed") != NULL, "%s: %s", how, err.reason);
+    cr_expect_neq(access(path, F_OK), 0, "%s: the damaged entry is still there", how);
+    zm_disk_stats stats;
+    zm_disk_get_stats(disk, &stats);
+    cr_expect_eq(stats.damaged, 1);
+    /* Rebuilt: put again, read again. */
+    cr_assert_eq(zm_disk_put(disk, "s", "k", value, sizeof value, &err), 0, "%s", err.reason);
+    cr_assert_eq(zm_disk_get(disk, "s", "k", &got, &size, &err), 0, "%s", err.reason);
+    cr_expect(size == sizeof value && memcmp(got, value, size) == 0);
+    free(got);
+    zm_disk_close(disk);
+    remove_tree(root);
+}
+
+Test(disk, a_flipped_byte_is_never_served) { damage_and_check("flip"); }
+Test(disk, a_damaged_header_is_never_served) { damage_and_check("header"); }
+Test(disk, a_truncated_entry_is_never_served) { damage_and_check("truncate"); }
+Test(disk, an_empty_file_is_never_served) { damage_and_check("empty"); }
+Test(disk, an_extended_entry_is_never_served) { damage_and_check("extend"); }
+
+Test(disk, a_crash_leaves_no_entry_and_its_leftovers_go)
+{
+    make_root();
+    zm_disk *disk;
+    zm_err err = {0};
+    cr_assert_eq(zm_disk_open(root, 1 << 20, &disk, &err), 0, "%s", err.reason);
+    cr_assert_eq(zm_disk_put(disk, "s", "k", "abc", 3, &err), 0, "%s", err.reason);
+    char path[512], leftover[600];
+    cr_assert_eq(only_entry(root, path, sizeof path), 1);
+    zm_disk_close(disk);
+    /* A write cut short: a temporary file beside the entries. */
+    *strrchr(path, '/') = '\0';
+    snprintf(leftover, sizeof leftover, "%s/tmp.99999.1", path);
+    FILE *f = fopen(leftover, "w");
+    fputs("half an entry", f);
+    fclose(f);
+    cr_assert_eq(zm_disk_open(root, 1 << 20, &disk, &err), 0, "%s", err.reason);
+    cr_expect_neq(access(leftover, F_OK), 0, "the leftover was not removed");
+    uint8_t *got;
+    size_t size;
+    cr_expect_eq(zm_disk_get(disk, "s", "k", &got, &size, &err), 0, "%s", err.reason);
+    free(got);
+    zm_disk_close(disk);
+    remove_tree(root);
+}
+
+Test(disk, another_format_is_ignored_and_evicted_first)
+{
+    make_root();
+    char old[128];
+    snprintf(old, sizeof old, "%s/v0", root);
+    cr_assert_eq(mkdir(old, 0700), 0);
+    char old_entry[200];
+    snprintf(old_entry, sizeof old_entry, "%s/0123456789abcdef.entry", old);
+    FILE *f = fopen(old_entry, "w");
+    for (int i = 0; i < 3000; i++)
+        fputc('x', f);
+    fclose(f);
+    zm_disk *disk;
+    zm_err err = {0};
+    cr_assert_eq(zm_disk_open(root, 8000, &disk, &err), 0, "%s", err.reason);
+    uint8_t value[2000];
+    fill(value, sizeof value, 3);
+    cr_assert_eq(zm_disk_put(disk, "s", "a", value, sizeof value, &err), 0, "%s", err.reason);
+    cr_assert_eq(zm_disk_put(disk, "s", "b", value, sizeof value, &err), 0, "%s", err.reason);
+    /* Past the bound: the old format's file goes before either entry. */
+    cr_assert_eq(zm_disk_put(disk, "s", "c", value, sizeof value, &err), 0, "%s", err.reason);
+    cr_expect_neq(access(old_entry, F_OK), 0, "the other format's entry is still there");
+    uint8_t *got;
+    size_t size;
+    cr_expect_eq(zm_disk_get(disk, "s", "c", &got, &size, &err), 0, "%s", err.reason);
+    free(got);
+    zm_disk_close(disk);
+    remove_tree(root);
+}
+
+/* Bytes of all files under a directory. */
+static uint64_t bytes_under(const char *directory)
+{
+    uint64_t total = 0;
+    DIR *d = opendir(directory);
+    if (d == NULL)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", directory, e->d_name);
+        struct stat st;
+        if (stat(path, &st) != 0)
+            continue;
+        total += S_ISDIR(st.st_mode) ? bytes_under(path) : (uint64_t)st.st_size;
+    }
+    closedir(d);
+    return total;
+}
+
+Test(disk, the_bound_holds_least_recently_used_out_first)
+{
+    make_root();
+    zm_disk *disk;
+    zm_err err = {0};
+    uint64_t bound = 64 * 1024;
+    cr_assert_eq(zm_disk_open(root, bound, &disk, &err), 0, "%s", err.reason);
+    uint8_t value[4000];
+    char key[32];
+    for (int i = 0; i < 60; i++) {
+        fill(value, sizeof value, (unsigned)i);
+        snprintf(key, sizeof key, "entry-%d", i);
+        cr_assert_eq(zm_disk_put(disk, "s", key, value, sizeof value, &err), 0, "%s", err.reason);
+        if (i == 1) {
+            /* entry-0 is used again: it outlives entry-1 and later ones. */
+            struct timespec pause = {0, 20 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+        if (i >= 1) {
+            uint8_t *got;
+            size_t size;
+            if (zm_disk_get(disk, "s", "entry-0", &got, &size, &err) == 0)
+                free(got);
+        }
+        cr_assert_leq(bytes_under(root), bound, "past the bound after %d entries", i + 1);
+    }
+    uint8_t *got;
+    size_t size;
+    cr_expect_eq(zm_disk_get(disk, "s", "entry-0", &got, &size, &err), 0, "the entry in use went");
+    free(got);
+    cr_expect_eq(zm_disk_get(disk, "s", "entry-1", &got, &size, &err), -ENOENT,
+                 "an old unused entry stayed");
+    cr_expect_eq(zm_disk_get(disk, "s", "entry-59", &got, &size, &err), 0, "the newest went");
+    free(got);
+    zm_disk_stats stats;
+    zm_disk_get_stats(disk, &stats);
+    cr_expect_gt(stats.evictions, 0);
+    cr_expect_leq(stats.bytes_held, bound);
+    /* An entry larger than the bound is refused. */
+    uint8_t *big = calloc(1, bound);
+    cr_expect_eq(zm_disk_put(disk, "s", "big", big, bound, &err), -EFBIG);
+    free(big);
+    zm_disk_close(disk);
+    remove_tree(root);
+}
+
+Test(disk, refuses_a_relative_or_unwritable_directory)
+{
+    zm_disk *disk;
+    zm_err err = {0};
+    cr_expect_eq(zm_disk_open("relative/dir", 1 << 20, &disk, &err), -EINVAL);
+    cr_expect(strstr(err.reason, "absolute") != NULL, "%s", err.reason);
+    zm_err_clear(&err);
+    cr_expect_neq(zm_disk_open("/proc/zarrmount-cache", 1 << 20, &disk, &err), 0);
+    cr_expect(strstr(err.reason, "/proc/zarrmount-cache") != NULL, "%s", err.reason);
+}
+
+struct job {
+    zm_disk *disk;
+    int thread;
+    int failures;
+};
+
+static void *hammer(void *context)
+{
+    struct job *j = context;
+    uint8_t value[2048];
+    char key[32];
+    for (int i = 0; i < 200; i++) {
+        int which = (i * 7 + j->thread) % 20;
+        snprintf(key, sizeof key, "shared-%d", which);
+        fill(value, sizeof value, (unsigned)which);
+        zm_err err;
+        zm_err_clear(&err);
+        if (i % 3 == 0) {
+            if (zm_disk_put(j->disk, "s", key, value, sizeof value, &err) != 0)
+                j->failures++;
+        } else {
+            uint8_t *got;
+            size_t size;
+            int rc = zm_disk_get(j->disk, "s", key, &got, &size, &err);
+            if (rc == 0) {
+                if (size != sizeof value || memcmp(got, value, size) != 0)
+                    j->failures++;
+                free(got);
+            } else if (rc != -ENOENT) {
+                j->failures++;
+            }
+        }
+    }
+    return NULL;
+}
+
+Test(disk, threads_share_it)
+{
+    make_root();
+    zm_disk *disk;
+    zm_err err = {0};
+    cr_assert_eq(zm_disk_open(root, 32 * 1024, &disk, &err), 0, "%s", err.reason);
+    pthread_t threads[6];
+    struct job jobs[6];
+    for (int t = 0; t < 6; t++) {
+        jobs[t] = (struct job){disk, t, 0};
+        cr_assert_eq(pthread_create(&threads[t], NULL, hammer, &jobs[t]), 0);
+    }
+    for (int t = 0; t < 6; t++) {
+        pthread_join(threads[t], NULL);
+        cr_expect_eq(jobs[t].failures, 0, "thread %d", t);
+    }
+    cr_expect_leq(bytes_under(root), 32 * 1024);
+    zm_disk_stats stats;
+    zm_disk_get_stats(disk, &stats);
+    cr_expect_eq(stats.damaged, 0);
+    zm_disk_close(disk);
+    remove_tree(root);
+}
