@@ -12,6 +12,7 @@ static const char usage[] =
     "       zarrmount select [--source FILE] < REQUEST.json\n"
     "       zarrmount inspect FILE [--json]\n"
     "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size BYTES]\n"
+    "       zarrmount stats MOUNTPOINT [--json] [--watch]\n"
     "       zarrmount --version | --help\n"
     "\n"
     "Commands:\n"
@@ -23,6 +24,10 @@ static const char usage[] =
     "            array is stored and read, and the default block size B0\n"
     "  export    write one view (full, file, uniform/seed0/k=1000, blocks/seed0/k=1000,\n"
     "            ...) as a Zarr directory store: the bytes a mount serves, no FUSE\n"
+    "  stats     a mount's counters, per view and in total (lookups, reads, chunks\n"
+    "            synthesized, cache hits and misses, source chunks and bytes read,\n"
+    "            refused paths, work in progress) from MOUNTPOINT/.zarrmount/stats.json:\n"
+    "            a table, --json for the JSON itself, --watch to redraw every second\n"
     "\n"
     "Mount: zarrmount [options] SOURCE MOUNTPOINT (the options: zarrmount --help, docs/mount.md)\n";
 
@@ -45,6 +50,9 @@ int main(int argc, char **argv)
     }
     if (argc >= 2 && strcmp(argv[1], "inspect") == 0)
         return zm_inspect_main(argc - 2, argv + 2, stdout);
+    if (argc >= 2 && strcmp(argv[1], "stats") == 0)
+        return zm_stats_main(argc - 2, argv + 2, stdout);
+    /* More subcommands go here, each dispatched on argv[1] like these. */
     if (argc >= 2 && strcmp(argv[1], "export") == 0) {
         const char *codec = NULL;
         unsigned long long chunk = 0;
