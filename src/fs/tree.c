@@ -39,6 +39,7 @@
  * and built again. */
 typedef struct view_stats {
     char *key;            /* the view's key; "" for paths outside views */
+    uint64_t key_hash;    /* of the key: every request finds its view's counters */
     _Atomic uint64_t lookups, opens, listings, reads, bytes_served, refused;
     _Atomic uint64_t chunks_made, documents_made; /* loads of the file cache, by kind */
     _Atomic uint64_t builds, build_nanoseconds;
@@ -499,10 +500,11 @@ static double seconds_since(const struct timespec *began)
 /* The counters of the view with this key, made on first use. */
 static view_stats *stats_for(zm_tree *t, const char *key)
 {
+    uint64_t hash = zm_cache_key(key, strlen(key));
     pthread_mutex_lock(&t->stats_mutex);
     view_stats *found = NULL;
     for (size_t i = 0; i < t->view_stats_count && !found; i++)
-        if (!strcmp(t->view_stats[i]->key, key))
+        if (t->view_stats[i]->key_hash == hash && !strcmp(t->view_stats[i]->key, key))
             found = t->view_stats[i];
     if (found == NULL && t->view_stats_count < MAX_VIEW_STATS) {
         if (t->view_stats_count == t->view_stats_capacity) {
@@ -515,6 +517,7 @@ static view_stats *stats_for(zm_tree *t, const char *key)
         }
         view_stats *vs = t->view_stats_count < t->view_stats_capacity ? calloc(1, sizeof *vs) : NULL;
         if (vs != NULL && (vs->key = strdup(key)) != NULL) {
+            vs->key_hash = hash;
             t->view_stats[t->view_stats_count++] = vs;
             found = vs;
         } else {
@@ -577,8 +580,10 @@ static int view_get(zm_tree *t, const target *tg, zm_view **out, zm_err *err)
     zm_view *view = NULL;
     int rc = zm_view_create(t->source, &tg->spec, t->chunk_bytes, &view, err);
     zm_source_tally_set(previous);
-    vs->builds++;
-    vs->build_nanoseconds += (uint64_t)(seconds_since(&began) * 1e9);
+    if (rc == 0) {
+        vs->builds++;
+        vs->build_nanoseconds += (uint64_t)(seconds_since(&began) * 1e9);
+    }
     if (rc == -EINVAL)
         rc = -ENOENT; /* refused by the kernel: the path names no view */
 
