@@ -408,7 +408,7 @@ static void zm__op_getattr(fuse_req_t req, fuse_ino_t inode, struct fuse_file_in
     /* The node came from the lookup that made the inode; it cannot have
      * changed since, unless it is live: then the tree says what it is now. */
     if (node.live) {
-        char *path;
+        char *path = NULL;
         zm_err err;
         zm_err_clear(&err);
         rc = zm__inodes_get(fs->inodes, inode, &path, NULL);
