@@ -66,8 +66,7 @@ typedef struct zm_cache_account {
 int zm_cache_get_for(zm_cache *cache, uint64_t key, zm_cache_loader loader, void *context,
                      zm_cache_account *account, zm_cache_ref *ref, zm_err *err);
 
-void zm_cache_account_read(zm_cache *cache, const zm_cache_account *account,
-                           zm_cache_account *out);
+void zm_cache_account_read(zm_cache *cache, const zm_cache_account *account, zm_cache_account *out);
 
 /* xxh3-64 of a byte string (libxxhash), for building keys. */
 uint64_t zm_cache_key(const void *bytes, size_t length);

@@ -298,7 +298,7 @@ typedef struct zm_source_pass {
     const char *unit;       /* "chunks" or "pieces" */
     zm_source_tally *tally; /* the tally of the thread that began it (NULL: none) */
     uint64_t done, total;
-    double seconds;         /* since it began, or (finished) how long it took */
+    double seconds; /* since it began, or (finished) how long it took */
     int finished;
 } zm_source_pass;
 

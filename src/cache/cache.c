@@ -243,8 +243,7 @@ int zm_cache_get(zm_cache *cache, uint64_t key, zm_cache_loader loader,
     return zm_cache_get_for(cache, key, loader, context, NULL, ref, err);
 }
 
-void zm_cache_account_read(zm_cache *cache, const zm_cache_account *account,
-                           zm_cache_account *out)
+void zm_cache_account_read(zm_cache *cache, const zm_cache_account *account, zm_cache_account *out)
 {
     pthread_mutex_lock(&cache->mutex);
     *out = *account;

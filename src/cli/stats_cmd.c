@@ -166,13 +166,13 @@ static void print_table(FILE *out, const char *mountpoint, const json_t *root)
     int width = (int)strlen("(outside views)");
     const char *key;
     const json_t *v;
-    json_object_foreach((json_t *)views, key, v)
-        if ((int)strlen(key) > width)
-            width = (int)strlen(key);
+    json_object_foreach((json_t *)views, key, v) if ((int)strlen(key) > width) width =
+        (int)strlen(key);
     fprintf(out, "%-*s %8s %6s %8s %10s %7s %7s %7s %7s %8s %10s %10s %10s\n", width, "VIEW",
-            "LOOKUPS", "OPENS", "READS", "SERVED", "REFUSED", "CHUNKS", "HITS", "MISSES",
-            "EVICTED", "HELD", "SRC CHUNKS", "SRC READ");
-    json_object_foreach((json_t *)views, key, v) {
+            "LOOKUPS", "OPENS", "READS", "SERVED", "REFUSED", "CHUNKS", "HITS", "MISSES", "EVICTED",
+            "HELD", "SRC CHUNKS", "SRC READ");
+    json_object_foreach((json_t *)views, key, v)
+    {
         const json_t *source = json_object_get(v, "source");
         const json_t *build = json_object_get(json_object_get(v, "build"), "source");
         print_row(out, width, key, v, json_object_get(v, "cache"),
@@ -186,17 +186,17 @@ static void print_table(FILE *out, const char *mountpoint, const json_t *root)
     const json_t *chunk_cache = json_object_get(source, "chunkCache");
     char held[32];
     bytes_text(number(chunk_cache, "bytesHeld"), held, sizeof held);
-    fprintf(out, "\nCHUNKS: chunks synthesized; HITS, MISSES, EVICTED, HELD: the cache of "
-                 "synthesized files;\nSRC: source chunks decoded and bytes read (building the "
-                 "view included; the total also\nopening the source). Source chunk cache: %" PRIu64
-                 " hits, %" PRIu64 " misses, %" PRIu64 " evicted, %s held.\n",
+    fprintf(out,
+            "\nCHUNKS: chunks synthesized; HITS, MISSES, EVICTED, HELD: the cache of "
+            "synthesized files;\nSRC: source chunks decoded and bytes read (building the "
+            "view included; the total also\nopening the source). Source chunk cache: %" PRIu64
+            " hits, %" PRIu64 " misses, %" PRIu64 " evicted, %s held.\n",
             number(chunk_cache, "hits"), number(chunk_cache, "misses"),
             number(chunk_cache, "evictions"), held);
     const json_t *works = json_object_get(root, "works");
     fprintf(out, "\nWork in progress:%s\n", json_array_size(works) ? "" : " none");
     size_t i;
-    json_array_foreach((json_t *)works, i, v)
-        print_work(out, v);
+    json_array_foreach((json_t *)works, i, v) print_work(out, v);
     const json_t *refusals = json_object_get(root, "refusals");
     if (json_array_size(refusals)) {
         fprintf(out, "\nRefused lately (newest first):\n");
@@ -233,7 +233,8 @@ static int show(const char *mountpoint, int as_json, FILE *out)
     json_t *root = json_loadb(text, size, 0, &error);
     free(text);
     if (!json_is_object(root)) {
-        fprintf(stderr, "zarrmount stats: %s/.zarrmount/stats.json is not valid JSON (%s, line %d)\n",
+        fprintf(stderr,
+                "zarrmount stats: %s/.zarrmount/stats.json is not valid JSON (%s, line %d)\n",
                 mountpoint, error.text, error.line);
         json_decref(root);
         return ZM_EXIT_FAILURE;

@@ -5,10 +5,10 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdatomic.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,14 +38,14 @@
  * keeps). Kept for the mount's life, even when the view itself is dropped
  * and built again. */
 typedef struct view_stats {
-    char *key;            /* the view's key; "" for paths outside views */
-    uint64_t key_hash;    /* of the key: every request finds its view's counters */
+    char *key;         /* the view's key; "" for paths outside views */
+    uint64_t key_hash; /* of the key: every request finds its view's counters */
     _Atomic uint64_t lookups, opens, listings, reads, bytes_served, refused;
     _Atomic uint64_t chunks_made, documents_made; /* loads of the file cache, by kind */
     _Atomic uint64_t builds, build_nanoseconds;
-    zm_cache_account cache;  /* its gets of synthesized files, and what its loads hold */
-    zm_source_tally source;  /* what making its files read */
-    zm_source_tally build;   /* what building it read (its cells, index pointers) */
+    zm_cache_account cache; /* its gets of synthesized files, and what its loads hold */
+    zm_source_tally source; /* what making its files read */
+    zm_source_tally build;  /* what building it read (its cells, index pointers) */
 } view_stats;
 
 typedef struct refusal {
@@ -205,16 +205,16 @@ typedef enum target_kind {
     T_INFO_DIR,
     T_INFO_FILE,
     T_STATS_FILE, /* .zarrmount/stats.json */
-    T_METHOD,   /* uniform/, blocks/, stratified/, spatial/ */
-    T_BLOCK,    /* blocks/B=<B>/ */
-    T_FIELD,    /* stratified/<obs key>/, spatial/<obsm key>/ */
-    T_ALLOC,    /* stratified/<key>/<allocation>/ */
-    T_MINIMUM,  /* stratified/<key>/<allocation>/min=<m>/ */
-    T_GRID,     /* spatial/<key>/G=<G>/ */
-    T_COLUMNS,  /* spatial/<key>/G=<G>/cols=<i,j,l>/ */
-    T_SEED,     /* .../seed<S>/ */
-    T_LINK,     /* .../seed<S>/share=<x> or pct=<x>: a link to k=<K> */
-    T_VIEW,     /* a view, and a path inside it */
+    T_METHOD,     /* uniform/, blocks/, stratified/, spatial/ */
+    T_BLOCK,      /* blocks/B=<B>/ */
+    T_FIELD,      /* stratified/<obs key>/, spatial/<obsm key>/ */
+    T_ALLOC,      /* stratified/<key>/<allocation>/ */
+    T_MINIMUM,    /* stratified/<key>/<allocation>/min=<m>/ */
+    T_GRID,       /* spatial/<key>/G=<G>/ */
+    T_COLUMNS,    /* spatial/<key>/G=<G>/cols=<i,j,l>/ */
+    T_SEED,       /* .../seed<S>/ */
+    T_LINK,       /* .../seed<S>/share=<x> or pct=<x>: a link to k=<K> */
+    T_VIEW,       /* a view, and a path inside it */
 } target_kind;
 
 typedef struct target {
@@ -515,7 +515,8 @@ static view_stats *stats_for(zm_tree *t, const char *key)
                 t->view_stats_capacity = capacity;
             }
         }
-        view_stats *vs = t->view_stats_count < t->view_stats_capacity ? calloc(1, sizeof *vs) : NULL;
+        view_stats *vs =
+            t->view_stats_count < t->view_stats_capacity ? calloc(1, sizeof *vs) : NULL;
         if (vs != NULL && (vs->key = strdup(key)) != NULL) {
             vs->key_hash = hash;
             t->view_stats[t->view_stats_count++] = vs;
@@ -543,7 +544,8 @@ static void note_refusal(zm_tree *t, view_stats *vs, const char *path, const zm_
     pthread_mutex_lock(&t->stats_mutex);
     refusal *r = &t->refusals[t->refusals_next];
     snprintf(r->path, sizeof r->path, "%s", path);
-    snprintf(r->reason, sizeof r->reason, "%s", err && err->reason[0] ? err->reason : "no such file");
+    snprintf(r->reason, sizeof r->reason, "%s",
+             err && err->reason[0] ? err->reason : "no such file");
     t->refusals_next = (t->refusals_next + 1) % REFUSALS_KEPT;
     if (t->refusals_count < REFUSALS_KEPT)
         t->refusals_count++;
@@ -870,8 +872,8 @@ struct ahead {
     int handed_on;            /* the next array's walk was taken on (under the tree's mutex) */
     view_stats *stats;        /* the view's counters */
     /* Progress, for stats.json and the log. */
-    _Atomic uint64_t done;    /* chunks encoded (or found made) */
-    _Atomic int running;      /* threads still encoding */
+    _Atomic uint64_t done; /* chunks encoded (or found made) */
+    _Atomic int running;   /* threads still encoding */
     struct timespec began;
 };
 
@@ -1189,9 +1191,15 @@ static size_t list_works(zm_tree *t, work *out, size_t capacity, int finished)
 }
 
 /* Times to the millisecond and rates to a tenth: what a person reads. */
-static double rounded(double value, double unit) { return (double)llround(value / unit) * unit; }
+static double rounded(double value, double unit)
+{
+    return (double)llround(value / unit) * unit;
+}
 
-static double work_rate(const work *w) { return w->seconds > 0 ? (double)w->done / w->seconds : 0; }
+static double work_rate(const work *w)
+{
+    return w->seconds > 0 ? (double)w->done / w->seconds : 0;
+}
 
 /* "VIEW: WHAT: 45% (1234 of 2741 chunks), 310 chunks/s, about 5 s left". */
 static void work_line(const work *w, char *line, size_t size)
@@ -1213,10 +1221,10 @@ static void work_line(const work *w, char *line, size_t size)
 static json_t *work_json(const work *w)
 {
     double rate = work_rate(w);
-    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:s, s:f, s:f}", "view", w->view, "what", w->what,
-                          "done", (json_int_t)w->done, "total", (json_int_t)w->total, "unit",
-                          w->unit, "seconds", rounded(w->seconds, 1e-3), "rate",
-                          rounded(rate, 0.1));
+    json_t *o =
+        json_pack("{s:s, s:s, s:I, s:I, s:s, s:f, s:f}", "view", w->view, "what", w->what, "done",
+                  (json_int_t)w->done, "total", (json_int_t)w->total, "unit", w->unit, "seconds",
+                  rounded(w->seconds, 1e-3), "rate", rounded(rate, 0.1));
     if (o != NULL && !w->finished)
         json_object_set_new(o, "secondsLeft",
                             rate > 0 ? json_real(rounded((double)(w->total - w->done) / rate, 1e-3))
@@ -1269,10 +1277,10 @@ static json_t *view_json(zm_tree *t, const view_stats *vs)
                                   "bytesHeld", (json_int_t)c.bytes_held, "entries",
                                   (json_int_t)c.entries));
     json_object_set_new(o, "source", tally_json(&vs->source));
-    json_object_set_new(o, "build", json_pack("{s:I, s:f, s:o}", "builds", (json_int_t)vs->builds,
-                                              "seconds",
-                                              rounded((double)vs->build_nanoseconds / 1e9, 1e-3),
-                                              "source", tally_json(&vs->build)));
+    json_object_set_new(o, "build",
+                        json_pack("{s:I, s:f, s:o}", "builds", (json_int_t)vs->builds, "seconds",
+                                  rounded((double)vs->build_nanoseconds / 1e9, 1e-3), "source",
+                                  tally_json(&vs->build)));
     return o;
 }
 
@@ -1310,8 +1318,8 @@ static json_t *stats_document(zm_tree *t, uint64_t serial)
         json_pack("{s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}}", "chunksDecoded",
                   (json_int_t)s.chunks_decoded, "bytesRead", (json_int_t)s.bytes_read, "hdf5Reads",
                   (json_int_t)s.hdf5_reads, "chunkCache", "hits", (json_int_t)s.cache_hits,
-                  "misses", (json_int_t)s.cache_misses, "evictions",
-                  (json_int_t)s.cache_evictions, "bytesHeld", (json_int_t)s.cache_bytes));
+                  "misses", (json_int_t)s.cache_misses, "evictions", (json_int_t)s.cache_evictions,
+                  "bytesHeld", (json_int_t)s.cache_bytes));
 
     work works[WORKS_SHOWN];
     size_t work_count = list_works(t, works, WORKS_SHOWN, 1);
@@ -1323,15 +1331,16 @@ static json_t *stats_document(zm_tree *t, uint64_t serial)
     pthread_mutex_lock(&t->stats_mutex);
     for (unsigned i = 0; i < t->refusals_count; i++) {
         const refusal *r = &t->refusals[(t->refusals_next + REFUSALS_KEPT - 1 - i) % REFUSALS_KEPT];
-        json_array_append_new(refused, json_pack("{s:s, s:s}", "path", r->path, "reason", r->reason));
+        json_array_append_new(refused,
+                              json_pack("{s:s, s:s}", "path", r->path, "reason", r->reason));
     }
     pthread_mutex_unlock(&t->stats_mutex);
 
     return json_pack("{s:s, s:s, s:I, s:f, s:o, s:o, s:o, s:o, s:o, s:o}", "version", ZM_VERSION,
                      "source", t->source_path, "snapshot", (json_int_t)serial, "uptimeSeconds",
-                     rounded(seconds_since(&t->mounted), 1e-3), "total", sum, "views", views, "outsideViews",
-                     requests_json(&outside), "works", running, "recentWorks", recent,
-                     "refusals", refused);
+                     rounded(seconds_since(&t->mounted), 1e-3), "total", sum, "views", views,
+                     "outsideViews", requests_json(&outside), "works", running, "recentWorks",
+                     recent, "refusals", refused);
 }
 
 /* Takes a new snapshot of the counters as stats.json; its size to *size.
@@ -1561,8 +1570,8 @@ static int emit_key(void *context, const char *key)
     return emit_name(k->emit, k->context, key, ZM_NODE_DIRECTORY, 0);
 }
 
-static int list_target(zm_tree *t, const char *path, const target *target_in,
-                       zm__tree_emit emit, void *context, zm_err *err)
+static int list_target(zm_tree *t, const char *path, const target *target_in, zm__tree_emit emit,
+                       void *context, zm_err *err)
 {
     target tg = *target_in;
     int rc = 0;

@@ -237,7 +237,10 @@ zm_source_tally *zm_source_tally_set(zm_source_tally *tally)
     return previous;
 }
 
-zm_source_tally *zm__tally_current(void) { return current_tally; }
+zm_source_tally *zm__tally_current(void)
+{
+    return current_tally;
+}
 
 void zm__count_bytes(zm_source *source, uint64_t bytes)
 {

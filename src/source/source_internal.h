@@ -113,7 +113,6 @@ struct zm__pass *zm__pass_begin(zm_source *source, const zm_array *array, const 
 void zm__pass_step(struct zm__pass *pass);
 void zm__pass_end(zm_source *source, struct zm__pass *pass);
 
-
 /* ---- Building the model (model.c) ------------------------------------------- */
 
 zm_element *zm__element_new(zm_element_kind kind, const char *parent_path, const char *name);
