@@ -1051,15 +1051,17 @@ static void zm__choose_modes(zm__fs *fs)
     fs->directory_mode = read_bits | (read_bits >> 2);
 }
 
-/* Opens the tree with the stop signals blocked, so that threads it starts
- * (the source's decode pool) inherit the mask: libfuse's loop wakes only
- * when a stop signal lands on the thread that waits in it. */
+/* The tree's progress lines (long work, every few seconds) go to the log. */
 static void zm__log_progress(void *context, const char *line)
 {
     (void)context;
     zm__log(LOG_INFO, "%s", line);
 }
 
+/* Opens the tree with the stop signals blocked, so that threads it starts
+ * (the source's decode pool, the progress teller) inherit the mask:
+ * libfuse's loop wakes only when a stop signal lands on the thread that
+ * waits in it. */
 static int zm__open_tree(zm__fs *fs, zm_err *err)
 {
     const zm__fs_config *config = &fs->config;
