@@ -145,7 +145,9 @@ static void print_work(FILE *out, const json_t *w)
             total ? 100.0 * (double)done / (double)total : 100.0, done, total, text_of(w, "unit"),
             rate, text_of(w, "unit"));
     const json_t *left = json_object_get(w, "secondsLeft");
-    if (json_is_number(left))
+    if (json_is_number(left) && json_number_value(left) < 1)
+        fprintf(out, ", under a second left\n");
+    else if (json_is_number(left))
         fprintf(out, ", about %.0f s left\n", json_number_value(left));
     else if (left != NULL)
         fprintf(out, ", time left unknown yet\n");

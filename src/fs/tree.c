@@ -1211,9 +1211,11 @@ static void work_line(const work *w, char *line, size_t size)
                       rate, w->unit);
     if (at < 0 || (size_t)at >= size)
         return;
-    if (rate > 0)
-        snprintf(line + at, size - (size_t)at, ", about %.0f s left",
-                 (double)(w->total - w->done) / rate);
+    double left = rate > 0 ? (double)(w->total - w->done) / rate : 0;
+    if (rate > 0 && left < 1)
+        snprintf(line + at, size - (size_t)at, ", under a second left");
+    else if (rate > 0)
+        snprintf(line + at, size - (size_t)at, ", about %.0f s left", left);
     else
         snprintf(line + at, size - (size_t)at, ", time left unknown yet");
 }
@@ -1378,11 +1380,52 @@ static int take_snapshot(zm_tree *t, uint64_t *size)
 
 /* The progress teller: every second, the works running longer than
  * PROGRESS_AFTER_SECONDS, told every PROGRESS_EVERY_SECONDS. */
+static int same_work(const work *a, const work *b)
+{
+    return !strcmp(a->view, b->view) && !strcmp(a->what, b->what);
+}
+
+/* Tells that the works told about before and no longer running are done,
+ * with what they took when the source kept it (passes). */
+static void tell_done(zm_tree *t, work *told, size_t *told_count, const work *running,
+                      size_t running_count)
+{
+    work finished[WORKS_SHOWN];
+    size_t finished_count = 0;
+    for (size_t i = 0; i < *told_count;) {
+        int still = 0;
+        for (size_t j = 0; j < running_count && !still; j++)
+            still = same_work(&told[i], &running[j]);
+        if (still) {
+            i++;
+            continue;
+        }
+        if (finished_count == 0)
+            finished_count = list_works(t, finished, WORKS_SHOWN, 1);
+        char line[1400];
+        const work *w = NULL;
+        for (size_t j = 0; j < finished_count && !w; j++)
+            if (finished[j].finished && same_work(&finished[j], &told[i]))
+                w = &finished[j];
+        if (w)
+            snprintf(line, sizeof line, "%s%s%s: done, %" PRIu64 " %s in %.1f s (%.0f %s/s)",
+                     w->view, w->view[0] ? ": " : "", w->what, w->done, w->unit, w->seconds,
+                     work_rate(w), w->unit);
+        else
+            snprintf(line, sizeof line, "%s%s%s: done", told[i].view, told[i].view[0] ? ": " : "",
+                     told[i].what);
+        t->progress(t->progress_context, line);
+        told[i] = told[--*told_count];
+    }
+}
+
 static void *tell_progress(void *context)
 {
     zm_tree *t = context;
     struct timespec last_told = {0, 0};
     int told = 0;
+    static _Thread_local work told_works[WORKS_SHOWN];
+    size_t told_count = 0;
     pthread_mutex_lock(&t->teller_mutex);
     while (!t->teller_stop) {
         struct timespec wake;
@@ -1397,6 +1440,7 @@ static void *tell_progress(void *context)
         int long_work = 0;
         for (size_t i = 0; i < count; i++)
             long_work |= works[i].seconds >= PROGRESS_AFTER_SECONDS;
+        tell_done(t, told_works, &told_count, works, count);
         if (long_work && (!told || seconds_since(&last_told) >= PROGRESS_EVERY_SECONDS)) {
             for (size_t i = 0; i < count; i++) {
                 if (works[i].seconds < PROGRESS_AFTER_SECONDS)
@@ -1404,6 +1448,11 @@ static void *tell_progress(void *context)
                 char line[1400];
                 work_line(&works[i], line, sizeof line);
                 t->progress(t->progress_context, line);
+                int known = 0;
+                for (size_t j = 0; j < told_count && !known; j++)
+                    known = same_work(&told_works[j], &works[i]);
+                if (!known && told_count < WORKS_SHOWN)
+                    told_works[told_count++] = works[i];
             }
             clock_gettime(CLOCK_MONOTONIC, &last_told);
             told = 1;
