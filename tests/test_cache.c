@@ -107,6 +107,55 @@ Test(cache, hits_and_misses)
     zm_cache_destroy(cache);
 }
 
+/* touch, for an account. */
+static bool touch_for(zm_cache *cache, zm_cache_account *account, uint64_t key, size_t size)
+{
+    loader_state l = {.key = key, .size = size};
+    zm_cache_ref ref;
+    zm_err err;
+    cr_assert_eq(zm_cache_get_for(cache, key, load, &l, account, &ref, &err), 0, "%s", err.reason);
+    cr_assert(holds_pattern(&ref, key, size));
+    zm_cache_release(cache, &ref);
+    return atomic_load(&l.calls) == 1;
+}
+
+/* Each account is charged with its own gets and with the entries its loads
+ * made until they are evicted; the cache's own counters are their sum. */
+Test(cache, accounts)
+{
+    zm_cache *cache;
+    zm_cache_account a = {0}, b = {0}, got;
+    cr_assert_eq(zm_cache_create(250, &cache), 0);
+    cr_assert(touch_for(cache, &a, 1, 100));
+    cr_assert(!touch_for(cache, &b, 1, 100)); /* b's hit on a's entry */
+    cr_assert(touch_for(cache, &b, 2, 100));
+    zm_cache_account_read(cache, &a, &got);
+    cr_assert_eq(got.hits, 0u);
+    cr_assert_eq(got.misses, 1u);
+    cr_assert_eq(got.bytes_held, 100u);
+    cr_assert_eq(got.entries, 1u);
+    zm_cache_account_read(cache, &b, &got);
+    cr_assert_eq(got.hits, 1u);
+    cr_assert_eq(got.misses, 1u);
+    cr_assert_eq(got.bytes_held, 100u);
+    /* A third entry pushes out the oldest released, a's (b touched it last
+     * but a made it). */
+    cr_assert(touch_for(cache, &b, 3, 100));
+    zm_cache_account_read(cache, &a, &got);
+    cr_assert_eq(got.evictions, 1u);
+    cr_assert_eq(got.bytes_held, 0u);
+    cr_assert_eq(got.entries, 0u);
+    zm_cache_account_read(cache, &b, &got);
+    cr_assert_eq(got.evictions, 0u);
+    cr_assert_eq(got.bytes_held, 200u);
+    zm_cache_stats s = stats_of(cache);
+    cr_assert_eq(s.hits, 1u);
+    cr_assert_eq(s.misses, 3u);
+    cr_assert_eq(s.evictions, 1u);
+    cr_assert_eq(s.bytes_held, 200u);
+    zm_cache_destroy(cache);
+}
+
 Test(cache, capacity_and_lru_order)
 {
     zm_cache *cache;

@@ -460,3 +460,58 @@ SHARED_TEST(shared_h5ad, "h5ad")
 SHARED_TEST(shared_loom, "loom")
 SHARED_TEST(shared_10x, "10x")
 SHARED_TEST(shared_synthetic, "synthetic")
+
+/* A thread's tally gets exactly what its reads add to the source's counters,
+ * the parts decoded on the pool's threads included; a pass is listed with
+ * its chunks done and the tally of the thread that began it. gzip1.h5ad's
+ * X/data: 683 values in 8 deflated chunks of 97. */
+Test(source, tallies_and_passes)
+{
+    char file[4096];
+    snprintf(file, sizeof file, "%s/fixtures/sources/filters/gzip1.h5ad", source_root());
+    zm_source_options options = {.threads = 4};
+    zm_source *s;
+    zm_err err;
+    cr_assert_eq(zm_source_open(file, &options, &s, &err), 0, "%s", err.reason);
+    const zm_element *x = zm_source_find(s, "X");
+    cr_assert_not_null(x);
+    const zm_array *data = x->values;
+    uint64_t n = zm_array_describe(data)->shape[0];
+    cr_assert_eq(n, 683);
+    uint64_t *rows = malloc(n * sizeof *rows);
+    float *out = malloc(n * sizeof *out);
+    for (uint64_t i = 0; i < n; i++)
+        rows[i] = i;
+
+    zm_source_stats before, after;
+    zm_source_get_stats(s, &before);
+    zm_source_tally tally = {0};
+    zm_source_tally *previous = zm_source_tally_set(&tally);
+    cr_assert_eq(zm_array_scatter_rows(s, data, rows, rows, n, out, ZM_READ_PASS, &err), 0, "%s",
+                 err.reason);
+    cr_assert_eq(zm_source_tally_set(previous), &tally);
+    zm_source_get_stats(s, &after);
+    cr_assert_eq(tally.chunks_decoded, 8);
+    cr_assert_eq(tally.chunks_decoded, after.chunks_decoded - before.chunks_decoded);
+    cr_assert_eq(tally.bytes_read, after.bytes_read - before.bytes_read);
+    cr_assert_gt(tally.bytes_read, 0);
+
+    zm_source_pass passes[16];
+    size_t count = zm_source_passes(s, passes, 16);
+    cr_assert_geq(count, 1);
+    cr_assert_eq(passes[0].finished, 1); /* nothing runs now: the newest finished first */
+    cr_assert_str_eq(passes[0].what, "/X/data");
+    cr_assert_str_eq(passes[0].unit, "chunks");
+    cr_assert_eq(passes[0].done, 8);
+    cr_assert_eq(passes[0].total, 8);
+    cr_assert_eq(passes[0].tally, &tally);
+
+    /* Without a tally, reads count for the source alone. */
+    zm_source_get_stats(s, &before);
+    cr_assert_eq(zm_array_read_rows(s, data, 0, 10, out, &err), 0, "%s", err.reason);
+    zm_source_get_stats(s, &after);
+    cr_assert_eq(tally.chunks_decoded, 8);
+    free(rows);
+    free(out);
+    zm_source_close(s);
+}

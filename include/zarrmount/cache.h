@@ -53,6 +53,21 @@ void zm_cache_release(zm_cache *cache, zm_cache_ref *ref);
 
 void zm_cache_get_stats(zm_cache *cache, zm_cache_stats *stats);
 
+/* One party's share of a shared cache (a mount's view): the gets made for
+ * it (hits, misses), and the entries its loads made while they are kept
+ * (bytes_held, entries) or when they are evicted (evictions). Updated under
+ * the cache's lock: read it with zm_cache_account_read. It must outlive
+ * every entry loaded for it (the cache). */
+typedef struct zm_cache_account {
+    uint64_t hits, misses, evictions, bytes_held, entries;
+} zm_cache_account;
+
+/* zm_cache_get, counted in account (NULL: in none). */
+int zm_cache_get_for(zm_cache *cache, uint64_t key, zm_cache_loader loader, void *context,
+                     zm_cache_account *account, zm_cache_ref *ref, zm_err *err);
+
+void zm_cache_account_read(zm_cache *cache, const zm_cache_account *account, zm_cache_account *out);
+
 /* xxh3-64 of a byte string (libxxhash), for building keys. */
 uint64_t zm_cache_key(const void *bytes, size_t length);
 

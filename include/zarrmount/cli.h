@@ -49,4 +49,9 @@ int zm_select_main_source(FILE *in, FILE *out, const char *source);
  * code. */
 int zm_inspect_main(int argc, char **argv, FILE *out);
 
+/* `zarrmount stats MOUNTPOINT [--json] [--watch]` (argv after "stats"): a
+ * mount's counters (MOUNTPOINT/.zarrmount/stats.json) as a table, as the
+ * JSON, or redrawn every second until interrupted. Returns the exit code. */
+int zm_stats_main(int argc, char **argv, FILE *out);
+
 #endif

@@ -278,4 +278,32 @@ typedef struct zm_source_stats {
 
 void zm_source_get_stats(zm_source *source, zm_source_stats *stats);
 
+/* A caller's share of the counters: a thread sets a tally, and every read it
+ * makes from then on (the chunks its gathers decode on the pool's threads
+ * included) adds to it as well as to the source's own counters. A mount
+ * gives each view one, so that what a view's files cost is known. */
+typedef struct zm_source_tally {
+    _Atomic uint64_t chunks_decoded, bytes_read, hdf5_reads;
+} zm_source_tally;
+
+/* Sets the calling thread's tally (NULL: none); returns the one it had, to
+ * put back. */
+zm_source_tally *zm_source_tally_set(zm_source_tally *tally);
+
+/* A pass: one read over many chunks (a walk of a whole array, a view's
+ * index pointers), counted as its chunks are read so that long ones can be
+ * watched. A contiguous array's pass counts the pieces it is read in. */
+typedef struct zm_source_pass {
+    char what[256];         /* the HDF5 object: "/X/data" */
+    const char *unit;       /* "chunks" or "pieces" */
+    zm_source_tally *tally; /* the tally of the thread that began it (NULL: none) */
+    uint64_t done, total;
+    double seconds; /* since it began, or (finished) how long it took */
+    int finished;
+} zm_source_pass;
+
+/* The passes running now, then the last few finished (newest first), up to
+ * capacity of them into out; returns how many. */
+size_t zm_source_passes(zm_source *source, zm_source_pass *out, size_t capacity);
+
 #endif

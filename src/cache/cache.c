@@ -43,6 +43,7 @@ typedef struct zm__entry {
     struct zm__entry *next; /* hash chain */
     struct zm__entry *lru_prev, *lru_next;
     bool in_lru;
+    zm_cache_account *owner; /* whose load made it (NULL: nobody's) */
 } zm__entry;
 
 struct zm_cache {
@@ -169,6 +170,11 @@ static void zm__evict(zm_cache *cache)
         cache->stats.bytes_held -= e->size;
         cache->stats.entries--;
         cache->stats.evictions++;
+        if (e->owner != NULL) {
+            e->owner->bytes_held -= e->size;
+            e->owner->entries--;
+            e->owner->evictions++;
+        }
         zm__entry_free(e);
     }
 }
@@ -234,6 +240,19 @@ static void zm__unref_detached(zm__entry *e)
 int zm_cache_get(zm_cache *cache, uint64_t key, zm_cache_loader loader,
                         void *context, zm_cache_ref *ref, zm_err *err)
 {
+    return zm_cache_get_for(cache, key, loader, context, NULL, ref, err);
+}
+
+void zm_cache_account_read(zm_cache *cache, const zm_cache_account *account, zm_cache_account *out)
+{
+    pthread_mutex_lock(&cache->mutex);
+    *out = *account;
+    pthread_mutex_unlock(&cache->mutex);
+}
+
+int zm_cache_get_for(zm_cache *cache, uint64_t key, zm_cache_loader loader, void *context,
+                     zm_cache_account *account, zm_cache_ref *ref, zm_err *err)
+{
     ref->bytes = NULL;
     ref->size = 0;
     ref->entry = NULL;
@@ -252,6 +271,8 @@ int zm_cache_get(zm_cache *cache, uint64_t key, zm_cache_loader loader,
             pthread_cond_wait(&e->loaded, &cache->mutex);
         if (e->state == ZM__READY) {
             cache->stats.hits++;
+            if (account != NULL)
+                account->hits++;
             zm__fill_ref(ref, e);
             pthread_mutex_unlock(&cache->mutex);
             return 0;
@@ -282,6 +303,8 @@ int zm_cache_get(zm_cache *cache, uint64_t key, zm_cache_loader loader,
     e->refs = 1;
     zm__table_insert(cache, e);
     cache->stats.misses++;
+    if (account != NULL)
+        account->misses++;
     pthread_mutex_unlock(&cache->mutex);
 
     /* The load runs without the mutex: other keys proceed meanwhile, and
@@ -326,6 +349,11 @@ int zm_cache_get(zm_cache *cache, uint64_t key, zm_cache_loader loader,
     e->state = ZM__READY;
     cache->stats.bytes_held += size;
     cache->stats.entries++;
+    e->owner = account;
+    if (account != NULL) {
+        account->bytes_held += size;
+        account->entries++;
+    }
     pthread_cond_broadcast(&e->loaded);
     zm__evict(cache);
     zm__fill_ref(ref, e);

@@ -13,6 +13,7 @@ static const char usage[] =
     "       zarrmount inspect FILE [--json]\n"
     "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size BYTES]\n"
     "       zarrmount explain SOURCE PATH [--json] | zarrmount explain MNT/PATH [--json]\n"
+    "       zarrmount stats MOUNTPOINT [--json] [--watch]\n"
     "       zarrmount --version | --help\n"
     "\n"
     "Commands:\n"
@@ -27,6 +28,10 @@ static const char usage[] =
     "  explain   what a path of the tree is (a view: method, n, k and how it came\n"
     "            from a share, seed, settings, digest, strata, first cells), or why\n"
     "            it does not exist (exit 2); reads no chunk\n"
+    "  stats     a mount's counters, per view and in total (lookups, reads, chunks\n"
+    "            synthesized, cache hits and misses, source chunks and bytes read,\n"
+    "            refused paths, work in progress) from MOUNTPOINT/.zarrmount/stats.json:\n"
+    "            a table, --json for the JSON itself, --watch to redraw every second\n"
     "\n"
     "Mount: zarrmount [options] SOURCE MOUNTPOINT (the options: zarrmount --help, docs/mount.md)\n";
 
@@ -51,6 +56,9 @@ int main(int argc, char **argv)
         return zm_inspect_main(argc - 2, argv + 2, stdout);
     if (argc >= 2 && strcmp(argv[1], "explain") == 0)
         return zm_fs_explain(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "stats") == 0)
+        return zm_stats_main(argc - 2, argv + 2, stdout);
+    /* More subcommands go here, each dispatched on argv[1] like these. */
     if (argc >= 2 && strcmp(argv[1], "export") == 0) {
         const char *codec = NULL;
         unsigned long long chunk = 0;

@@ -251,8 +251,10 @@ static void zm__fill_entry(const zm__fs *fs, uint64_t inode, const zm_node *node
     memset(entry, 0, sizeof *entry);
     entry->ino = inode;
     entry->generation = 1; /* numbers are never reused for another path while known */
-    entry->attr_timeout = ZM__CACHE_SECONDS;
-    entry->entry_timeout = ZM__CACHE_SECONDS;
+    /* A live file (stats.json) is looked up at every open, so that each
+     * open sees a new snapshot. */
+    entry->attr_timeout = node->live ? 0 : ZM__CACHE_SECONDS;
+    entry->entry_timeout = node->live ? 0 : ZM__CACHE_SECONDS;
     zm__fill_stat(fs, inode, node, &entry->attr);
 }
 
@@ -404,7 +406,25 @@ static void zm__op_getattr(fuse_req_t req, fuse_ino_t inode, struct fuse_file_in
         return;
     }
     /* The node came from the lookup that made the inode; it cannot have
-     * changed since. */
+     * changed since, unless it is live: then the tree says what it is now. */
+    if (node.live) {
+        char *path = NULL;
+        zm_err err;
+        zm_err_clear(&err);
+        rc = zm__inodes_get(fs->inodes, inode, &path, NULL);
+        if (rc == 0 && (rc = zm__tree_getattr(fs->tree, path, &node, &err)) != 0)
+            zm__reply_failure(fs, req, "getattr", path, rc, &err);
+        else if (rc != 0)
+            zm__reply_failure(fs, req, "getattr", "(unknown inode)", rc, NULL);
+        if (rc == 0) {
+            struct stat st;
+            zm__fill_stat(fs, inode, &node, &st);
+            ZM__TRACE(fs, req, "getattr %s: %llu bytes now", path, (unsigned long long)node.size);
+            fuse_reply_attr(req, &st, 0);
+        }
+        free(path);
+        return;
+    }
     struct stat st;
     zm__fill_stat(fs, inode, &node, &st);
     ZM__TRACE(fs, req, "getattr inode %llu", (unsigned long long)inode);
@@ -499,6 +519,10 @@ static void zm__op_open(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info 
     zm_err_clear(&err);
     rc = node.kind == ZM_NODE_DIRECTORY ? zm_err_set(&err, -EISDIR, "a directory")
                                         : zm__tree_check_source(fs->tree, &err);
+    /* Counted here, though once the kernel opens files by itself (below)
+     * it stops asking: see docs/mount.md. */
+    if (rc == 0)
+        zm__tree_count_open(fs->tree, path);
     if (rc == 0 && atomic_load(&fs->no_open)) {
         /* The kernel opens every file from now on by itself, keeping pages
          * across opens (FOPEN_KEEP_CACHE is what it assumes). */
@@ -1027,9 +1051,17 @@ static void zm__choose_modes(zm__fs *fs)
     fs->directory_mode = read_bits | (read_bits >> 2);
 }
 
+/* The tree's progress lines (long work, every few seconds) go to the log. */
+static void zm__log_progress(void *context, const char *line)
+{
+    (void)context;
+    zm__log(LOG_INFO, "%s", line);
+}
+
 /* Opens the tree with the stop signals blocked, so that threads it starts
- * (the source's decode pool) inherit the mask: libfuse's loop wakes only
- * when a stop signal lands on the thread that waits in it. */
+ * (the source's decode pool, the progress teller) inherit the mask:
+ * libfuse's loop wakes only when a stop signal lands on the thread that
+ * waits in it. */
 static int zm__open_tree(zm__fs *fs, zm_err *err)
 {
     const zm__fs_config *config = &fs->config;
@@ -1039,6 +1071,8 @@ static int zm__open_tree(zm__fs *fs, zm_err *err)
         .chunk_bytes = config->chunk_bytes,
         .cache_bytes = config->cache_bytes,
         .threads = config->threads,
+        .progress = zm__log_progress,
+        .progress_context = NULL,
     };
     sigset_t stop_signals, previous;
     sigemptyset(&stop_signals);

@@ -4,10 +4,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs/tree.h"
@@ -19,6 +22,36 @@
 
 #define DEFAULT_FILE_CACHE_BYTES (512u << 20)
 #define MAX_VIEWS 32
+
+/* Views counted one by one; more distinct views than this share one line. */
+#define MAX_VIEW_STATS 1024
+/* Refused paths remembered with their reasons, newest first. */
+#define REFUSALS_KEPT 8
+/* Works (passes and encoding ahead) shown at once. */
+#define WORKS_SHOWN 32
+/* A work running this long is told to the log, every PROGRESS_EVERY seconds. */
+#define PROGRESS_AFTER_SECONDS 3.0
+#define PROGRESS_EVERY_SECONDS 5.0
+
+/* What a view cost since the mount, by its key. Requests counted are the
+ * ones that reached the daemon (the kernel answers the rest from what it
+ * keeps). Kept for the mount's life, even when the view itself is dropped
+ * and built again. */
+typedef struct view_stats {
+    char *key;         /* the view's key; "" for paths outside views */
+    uint64_t key_hash; /* of the key: every request finds its view's counters */
+    _Atomic uint64_t lookups, opens, listings, reads, bytes_served, refused;
+    _Atomic uint64_t chunks_made, documents_made; /* loads of the file cache, by kind */
+    _Atomic uint64_t builds, build_nanoseconds;
+    zm_cache_account cache; /* its gets of synthesized files, and what its loads hold */
+    zm_source_tally source; /* what making its files read */
+    zm_source_tally build;  /* what building it read (its cells, index pointers) */
+} view_stats;
+
+typedef struct refusal {
+    char path[256];
+    char reason[256];
+} refusal;
 
 typedef struct view_entry {
     char *key;          /* "uniform/seed0/k=1000", "blocks/B=64/seed3/k=10", "full", "file" */
@@ -58,6 +91,26 @@ struct zm_tree {
     int ahead_running;
     unsigned ahead_threads;
     _Atomic int closing;      /* encoding ahead stops at its next chunk */
+    /* Counters (.zarrmount/stats.json): per view, and for paths outside
+     * views; the refused paths last seen; the snapshot served. */
+    pthread_mutex_t stats_mutex;
+    view_stats **view_stats;
+    size_t view_stats_count, view_stats_capacity;
+    view_stats outside, more_views;
+    refusal refusals[REFUSALS_KEPT];
+    unsigned refusals_next, refusals_count;
+    char *snapshot;
+    size_t snapshot_size;
+    uint64_t snapshot_serial;
+    struct timespec mounted;
+    /* The progress teller (options.progress): a thread waking every second. */
+    void (*progress)(void *context, const char *line);
+    void *progress_context;
+    pthread_t teller;
+    int telling;
+    pthread_mutex_t teller_mutex;
+    pthread_cond_t teller_wake;
+    int teller_stop;
 };
 
 /* ---- Sizes ----------------------------------------------------------------- */
@@ -151,16 +204,17 @@ typedef enum target_kind {
     T_ROOT,
     T_INFO_DIR,
     T_INFO_FILE,
-    T_METHOD,   /* uniform/, blocks/, stratified/, spatial/ */
-    T_BLOCK,    /* blocks/B=<B>/ */
-    T_FIELD,    /* stratified/<obs key>/, spatial/<obsm key>/ */
-    T_ALLOC,    /* stratified/<key>/<allocation>/ */
-    T_MINIMUM,  /* stratified/<key>/<allocation>/min=<m>/ */
-    T_GRID,     /* spatial/<key>/G=<G>/ */
-    T_COLUMNS,  /* spatial/<key>/G=<G>/cols=<i,j,l>/ */
-    T_SEED,     /* .../seed<S>/ */
-    T_LINK,     /* .../seed<S>/share=<x> or pct=<x>: a link to k=<K> */
-    T_VIEW,     /* a view, and a path inside it */
+    T_STATS_FILE, /* .zarrmount/stats.json */
+    T_METHOD,     /* uniform/, blocks/, stratified/, spatial/ */
+    T_BLOCK,      /* blocks/B=<B>/ */
+    T_FIELD,      /* stratified/<obs key>/, spatial/<obsm key>/ */
+    T_ALLOC,      /* stratified/<key>/<allocation>/ */
+    T_MINIMUM,    /* stratified/<key>/<allocation>/min=<m>/ */
+    T_GRID,       /* spatial/<key>/G=<G>/ */
+    T_COLUMNS,    /* spatial/<key>/G=<G>/cols=<i,j,l>/ */
+    T_SEED,       /* .../seed<S>/ */
+    T_LINK,       /* .../seed<S>/share=<x> or pct=<x>: a link to k=<K> */
+    T_VIEW,       /* a view, and a path inside it */
 } target_kind;
 
 typedef struct target {
@@ -380,6 +434,8 @@ static int parse_path(zm_tree *t, const char *path, target *out, zm_err *err)
             out->kind = T_INFO_DIR;
         else if (!strcmp(p, "info.json"))
             out->kind = T_INFO_FILE;
+        else if (!strcmp(p, "stats.json"))
+            out->kind = T_STATS_FILE;
         else
             return zm_err_set(err, -ENOENT, "%s: no such file", path);
         return 0;
@@ -432,6 +488,70 @@ static int parse_path(zm_tree *t, const char *path, target *out, zm_err *err)
     return parse_seed_and_size(t, p, prefix, out, err);
 }
 
+/* ---- Counters -------------------------------------------------------------------- */
+
+static double seconds_since(const struct timespec *began)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - began->tv_sec) + (double)(now.tv_nsec - began->tv_nsec) / 1e9;
+}
+
+/* The counters of the view with this key, made on first use. */
+static view_stats *stats_for(zm_tree *t, const char *key)
+{
+    uint64_t hash = zm_cache_key(key, strlen(key));
+    pthread_mutex_lock(&t->stats_mutex);
+    view_stats *found = NULL;
+    for (size_t i = 0; i < t->view_stats_count && !found; i++)
+        if (t->view_stats[i]->key_hash == hash && !strcmp(t->view_stats[i]->key, key))
+            found = t->view_stats[i];
+    if (found == NULL && t->view_stats_count < MAX_VIEW_STATS) {
+        if (t->view_stats_count == t->view_stats_capacity) {
+            size_t capacity = t->view_stats_capacity ? t->view_stats_capacity * 2 : 16;
+            view_stats **grown = realloc(t->view_stats, capacity * sizeof *grown);
+            if (grown != NULL) {
+                t->view_stats = grown;
+                t->view_stats_capacity = capacity;
+            }
+        }
+        view_stats *vs =
+            t->view_stats_count < t->view_stats_capacity ? calloc(1, sizeof *vs) : NULL;
+        if (vs != NULL && (vs->key = strdup(key)) != NULL) {
+            vs->key_hash = hash;
+            t->view_stats[t->view_stats_count++] = vs;
+            found = vs;
+        } else {
+            free(vs);
+        }
+    }
+    pthread_mutex_unlock(&t->stats_mutex);
+    /* Past the limit (or out of memory) views share one line. */
+    return found ? found : &t->more_views;
+}
+
+/* Where a request for a target is counted. */
+static view_stats *stats_of_target(zm_tree *t, const target *tg)
+{
+    return tg->kind == T_VIEW ? stats_for(t, tg->key) : &t->outside;
+}
+
+/* Counts a refused path (one that does not exist: ENOENT) and keeps its
+ * reason, which the log shows only with -d. */
+static void note_refusal(zm_tree *t, view_stats *vs, const char *path, const zm_err *err)
+{
+    vs->refused++;
+    pthread_mutex_lock(&t->stats_mutex);
+    refusal *r = &t->refusals[t->refusals_next];
+    snprintf(r->path, sizeof r->path, "%s", path);
+    snprintf(r->reason, sizeof r->reason, "%s",
+             err && err->reason[0] ? err->reason : "no such file");
+    t->refusals_next = (t->refusals_next + 1) % REFUSALS_KEPT;
+    if (t->refusals_count < REFUSALS_KEPT)
+        t->refusals_count++;
+    pthread_mutex_unlock(&t->stats_mutex);
+}
+
 /* ---- Views --------------------------------------------------------------------- */
 
 /* The view for a key, built on first use; held until view_release. */
@@ -454,8 +574,18 @@ static int view_get(zm_tree *t, const target *tg, zm_view **out, zm_err *err)
     t->building = 1;
     pthread_mutex_unlock(&t->mutex);
 
+    /* What building reads (the cells' index pointers, ...) is the view's. */
+    view_stats *vs = stats_for(t, tg->key);
+    zm_source_tally *previous = zm_source_tally_set(&vs->build);
+    struct timespec began;
+    clock_gettime(CLOCK_MONOTONIC, &began);
     zm_view *view = NULL;
     int rc = zm_view_create(t->source, &tg->spec, t->chunk_bytes, &view, err);
+    zm_source_tally_set(previous);
+    if (rc == 0) {
+        vs->builds++;
+        vs->build_nanoseconds += (uint64_t)(seconds_since(&began) * 1e9);
+    }
     if (rc == -EINVAL)
         rc = -ENOENT; /* refused by the kernel: the path names no view */
 
@@ -599,12 +729,28 @@ struct make_context {
     zm_tree *tree;
     zm_view *view;
     const place *where;
+    view_stats *stats;
 };
 
-/* Makes a file's bytes (the cache's loader). */
+static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err);
+
+/* Makes a file's bytes (the cache's loader), counted for its view: what it
+ * reads from the source (on this thread and on the pool's for it) too. */
 static int make_file(void *context, uint8_t **bytes, size_t *size, zm_err *err)
 {
     struct make_context *c = context;
+    if (c->where->file == F_CHUNK)
+        c->stats->chunks_made++;
+    else
+        c->stats->documents_made++;
+    zm_source_tally *previous = zm_source_tally_set(&c->stats->source);
+    int rc = make_file_bytes(c, bytes, size, err);
+    zm_source_tally_set(previous);
+    return rc;
+}
+
+static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err)
+{
     const place *w = c->where;
     switch (w->file) {
     case F_ZGROUP:
@@ -698,12 +844,12 @@ static uint64_t file_key(zm_view *view, const char *full_path, const place *w)
     return path_key(key);
 }
 
-static int file_in_cache(zm_tree *t, zm_view *view, const char *full_path, const place *w,
-                         zm_cache_ref *ref, zm_err *err)
+static int file_in_cache(zm_tree *t, zm_view *view, view_stats *vs, const char *full_path,
+                         const place *w, zm_cache_ref *ref, zm_err *err)
 {
-    struct make_context c = {t, view, w};
+    struct make_context c = {t, view, w, vs};
     uint64_t key = file_key(view, full_path, w);
-    int rc = zm_cache_get(t->files, key, make_file, &c, ref, err);
+    int rc = zm_cache_get_for(t->files, key, make_file, &c, &vs->cache, ref, err);
     if (rc == 0)
         size_put(t, key, ref->size);
     return rc;
@@ -724,6 +870,11 @@ struct ahead {
     uint64_t chunks;
     _Atomic uint64_t next;
     int handed_on;            /* the next array's walk was taken on (under the tree's mutex) */
+    view_stats *stats;        /* the view's counters */
+    /* Progress, for stats.json and the log. */
+    _Atomic uint64_t done; /* chunks encoded (or found made) */
+    _Atomic int running;   /* threads still encoding */
+    struct timespec began;
 };
 
 static void start_ahead(zm_tree *t, const char *key, const place *w);
@@ -786,7 +937,7 @@ static void walk_next(struct ahead *a, zm_view *view)
     zm_cache_ref ref;
     zm_err err;
     /* Making chunk 0 walks the array; encoding its others starts. */
-    if (file_in_cache(t, view, path, &w, &ref, &err) == 0) {
+    if (file_in_cache(t, view, a->stats, path, &w, &ref, &err) == 0) {
         zm_cache_release(t->files, &ref);
         start_ahead(t, a->key, &w);
     }
@@ -825,13 +976,15 @@ static void *encode_ahead(void *context)
             zm_zarr_chunk_key(a->node->meta.rank, w.coords, chunk, sizeof chunk);
             snprintf(path, sizeof path, "%s/%s/%s", a->key, a->store_path, chunk);
             zm_cache_ref ref;
-            if (file_in_cache(t, view, path, &w, &ref, &err) != 0)
+            if (file_in_cache(t, view, a->stats, path, &w, &ref, &err) != 0)
                 break;
             zm_cache_release(t->files, &ref);
+            a->done++;
         }
         view_release(t, view);
     }
     pthread_mutex_lock(&t->mutex);
+    a->running--;
     t->ahead_running--;
     pthread_cond_broadcast(&t->changed);
     pthread_mutex_unlock(&t->mutex);
@@ -873,14 +1026,19 @@ static void start_ahead(zm_tree *t, const char *key, const place *w)
     a->node = node;
     a->chunks = chunks;
     a->next = 0;
+    a->stats = stats_for(t, key);
+    clock_gettime(CLOCK_MONOTONIC, &a->began);
     for (unsigned i = 0; i < t->ahead_threads; i++) {
         pthread_t thread;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         t->ahead_running++;
-        if (pthread_create(&thread, &attr, encode_ahead, a) != 0)
+        a->running++;
+        if (pthread_create(&thread, &attr, encode_ahead, a) != 0) {
             t->ahead_running--;
+            a->running--;
+        }
         pthread_attr_destroy(&attr);
     }
     pthread_mutex_unlock(&t->mutex);
@@ -920,6 +1078,7 @@ static void start_next_walk_early(zm_tree *t, zm_view *view, const char *key, co
     snprintf(a->key, sizeof a->key, "%s", key);
     snprintf(a->store_path, sizeof a->store_path, "%s", w->store_path);
     a->node = w->node;
+    a->stats = stats_for(t, key);
     pthread_mutex_lock(&t->mutex);
     t->ahead_running++;
     pthread_t thread;
@@ -934,8 +1093,8 @@ static void start_next_walk_early(zm_tree *t, zm_view *view, const char *key, co
     pthread_mutex_unlock(&t->mutex);
 }
 
-static int with_file(zm_tree *t, zm_view *view, const char *full_path, const place *w,
-                     zm_cache_ref *ref, zm_err *err)
+static int with_file(zm_tree *t, zm_view *view, view_stats *vs, const char *full_path,
+                     const place *w, zm_cache_ref *ref, zm_err *err)
 {
     /* full_path is "<view key>/<store path>/<chunk key>". */
     char key[ZM__VIEW_KEY] = "";
@@ -948,10 +1107,389 @@ static int with_file(zm_tree *t, zm_view *view, const char *full_path, const pla
     }
     if (key[0])
         start_next_walk_early(t, view, key, w);
-    int rc = file_in_cache(t, view, full_path, w, ref, err);
+    int rc = file_in_cache(t, view, vs, full_path, w, ref, err);
     if (rc == 0 && key[0] && w->node->walk != NULL)
         start_ahead(t, key, w);
     return rc;
+}
+
+/* ---- Stats: the snapshot and the works in progress ---------------------------------- */
+
+/* Long work, running or lately finished: a pass over the source (a walk, a
+ * view's index pointers) or the chunks of a walked array encoded ahead. */
+typedef struct work {
+    char view[ZM__VIEW_KEY]; /* "" outside any view */
+    char what[1100];
+    const char *unit;
+    uint64_t done, total;
+    double seconds;
+    int finished;
+} work;
+
+/* A copy of the list of view counters (they live as long as the tree), so
+ * that no lock is held while they are read. malloc'd; NULL if empty. */
+static view_stats **stats_list(zm_tree *t, size_t *count)
+{
+    pthread_mutex_lock(&t->stats_mutex);
+    *count = t->view_stats_count;
+    view_stats **list = *count ? malloc(*count * sizeof *list) : NULL;
+    if (list != NULL)
+        memcpy(list, t->view_stats, *count * sizeof *list);
+    else
+        *count = 0;
+    pthread_mutex_unlock(&t->stats_mutex);
+    return list;
+}
+
+/* Up to capacity works: passes running, encoding running, then (with
+ * finished) passes lately done. */
+static size_t list_works(zm_tree *t, work *out, size_t capacity, int finished)
+{
+    size_t count = 0, view_count;
+    view_stats **views = stats_list(t, &view_count);
+    zm_source_pass passes[WORKS_SHOWN];
+    size_t pass_count = zm_source_passes(t->source, passes, WORKS_SHOWN);
+    for (size_t i = 0; i < pass_count && count < capacity; i++) {
+        const zm_source_pass *p = &passes[i];
+        if (p->finished && !finished)
+            continue;
+        work *w = &out[count++];
+        const char *key = "", *doing = "reading";
+        for (size_t v = 0; v < view_count; v++) {
+            if (p->tally == &views[v]->source)
+                key = views[v]->key;
+            else if (p->tally == &views[v]->build) {
+                key = views[v]->key;
+                doing = "building: reading";
+            }
+        }
+        snprintf(w->view, sizeof w->view, "%s", key);
+        snprintf(w->what, sizeof w->what, "%s %s", doing, p->what);
+        w->unit = p->unit;
+        w->done = p->done;
+        w->total = p->total;
+        w->seconds = p->seconds;
+        w->finished = p->finished;
+    }
+    free(views);
+    pthread_mutex_lock(&t->mutex);
+    for (size_t i = 0; i < t->ahead_count && count < capacity; i++) {
+        struct ahead *a = t->ahead[i];
+        if (a->running == 0 || a->done >= a->chunks)
+            continue;
+        work *w = &out[count++];
+        snprintf(w->view, sizeof w->view, "%s", a->key);
+        snprintf(w->what, sizeof w->what, "encoding ahead %s", a->store_path);
+        w->unit = "chunks";
+        w->done = a->done;
+        w->total = a->chunks;
+        w->seconds = seconds_since(&a->began);
+        w->finished = 0;
+    }
+    pthread_mutex_unlock(&t->mutex);
+    return count;
+}
+
+/* Times to the millisecond and rates to a tenth: what a person reads. */
+static double rounded(double value, double unit)
+{
+    return (double)llround(value / unit) * unit;
+}
+
+static double work_rate(const work *w)
+{
+    return w->seconds > 0 ? (double)w->done / w->seconds : 0;
+}
+
+/* "VIEW: WHAT: 45% (1234 of 2741 chunks), 310 chunks/s, about 5 s left". */
+static void work_line(const work *w, char *line, size_t size)
+{
+    double rate = work_rate(w);
+    double percent = w->total ? 100.0 * (double)w->done / (double)w->total : 100.0;
+    int at = snprintf(line, size, "%s%s%s: %.0f%% (%" PRIu64 " of %" PRIu64 " %s), %.0f %s/s",
+                      w->view, w->view[0] ? ": " : "", w->what, percent, w->done, w->total, w->unit,
+                      rate, w->unit);
+    if (at < 0 || (size_t)at >= size)
+        return;
+    double left = rate > 0 ? (double)(w->total - w->done) / rate : 0;
+    if (rate > 0 && left < 1)
+        snprintf(line + at, size - (size_t)at, ", under a second left");
+    else if (rate > 0)
+        snprintf(line + at, size - (size_t)at, ", about %.0f s left", left);
+    else
+        snprintf(line + at, size - (size_t)at, ", time left unknown yet");
+}
+
+static json_t *work_json(const work *w)
+{
+    double rate = work_rate(w);
+    json_t *o =
+        json_pack("{s:s, s:s, s:I, s:I, s:s, s:f, s:f}", "view", w->view, "what", w->what, "done",
+                  (json_int_t)w->done, "total", (json_int_t)w->total, "unit", w->unit, "seconds",
+                  rounded(w->seconds, 1e-3), "rate", rounded(rate, 0.1));
+    if (o != NULL && !w->finished)
+        json_object_set_new(o, "secondsLeft",
+                            rate > 0 ? json_real(rounded((double)(w->total - w->done) / rate, 1e-3))
+                                     : json_null());
+    return o;
+}
+
+static json_t *tally_json(const zm_source_tally *s)
+{
+    return json_pack("{s:I, s:I, s:I}", "chunksDecoded", (json_int_t)s->chunks_decoded, "bytesRead",
+                     (json_int_t)s->bytes_read, "hdf5Reads", (json_int_t)s->hdf5_reads);
+}
+
+/* The requests of a view (or outside views, or a total). */
+typedef struct requests {
+    uint64_t lookups, opens, listings, reads, bytes_served, refused, chunks_made, documents_made;
+} requests;
+
+static void add_requests(requests *r, const view_stats *vs)
+{
+    r->lookups += vs->lookups;
+    r->opens += vs->opens;
+    r->listings += vs->listings;
+    r->reads += vs->reads;
+    r->bytes_served += vs->bytes_served;
+    r->refused += vs->refused;
+    r->chunks_made += vs->chunks_made;
+    r->documents_made += vs->documents_made;
+}
+
+static json_t *requests_json(const requests *r)
+{
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "lookups", (json_int_t)r->lookups,
+                     "opens", (json_int_t)r->opens, "listings", (json_int_t)r->listings, "reads",
+                     (json_int_t)r->reads, "bytesServed", (json_int_t)r->bytes_served, "refused",
+                     (json_int_t)r->refused, "chunksSynthesized", (json_int_t)r->chunks_made,
+                     "documentsSynthesized", (json_int_t)r->documents_made);
+}
+
+static json_t *view_json(zm_tree *t, const view_stats *vs)
+{
+    requests r = {0};
+    add_requests(&r, vs);
+    json_t *o = requests_json(&r);
+    zm_cache_account c;
+    zm_cache_account_read(t->files, &vs->cache, &c);
+    json_object_set_new(o, "cache",
+                        json_pack("{s:I, s:I, s:I, s:I, s:I}", "hits", (json_int_t)c.hits, "misses",
+                                  (json_int_t)c.misses, "evictions", (json_int_t)c.evictions,
+                                  "bytesHeld", (json_int_t)c.bytes_held, "entries",
+                                  (json_int_t)c.entries));
+    json_object_set_new(o, "source", tally_json(&vs->source));
+    json_object_set_new(o, "build",
+                        json_pack("{s:I, s:f, s:o}", "builds", (json_int_t)vs->builds, "seconds",
+                                  rounded((double)vs->build_nanoseconds / 1e9, 1e-3), "source",
+                                  tally_json(&vs->build)));
+    return o;
+}
+
+static json_t *stats_document(zm_tree *t, uint64_t serial)
+{
+    size_t view_count;
+    view_stats **list = stats_list(t, &view_count);
+    json_t *views = json_object();
+    requests total = {0};
+    for (size_t i = 0; i < view_count; i++) {
+        json_object_set_new(views, list[i]->key, view_json(t, list[i]));
+        add_requests(&total, list[i]);
+    }
+    free(list);
+    if (t->more_views.lookups || t->more_views.listings || t->more_views.reads)
+        json_object_set_new(views, "(more views)", view_json(t, &t->more_views));
+    add_requests(&total, &t->more_views);
+    requests outside = {0};
+    add_requests(&outside, &t->outside);
+    add_requests(&total, &t->outside);
+
+    json_t *sum = requests_json(&total);
+    zm_cache_stats c;
+    zm_cache_get_stats(t->files, &c);
+    json_object_set_new(sum, "cache",
+                        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "hits", (json_int_t)c.hits,
+                                  "misses", (json_int_t)c.misses, "evictions",
+                                  (json_int_t)c.evictions, "bytesHeld", (json_int_t)c.bytes_held,
+                                  "entries", (json_int_t)c.entries, "capacityBytes",
+                                  (json_int_t)c.capacity_bytes));
+    zm_source_stats s;
+    zm_source_get_stats(t->source, &s);
+    json_object_set_new(
+        sum, "source",
+        json_pack("{s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}}", "chunksDecoded",
+                  (json_int_t)s.chunks_decoded, "bytesRead", (json_int_t)s.bytes_read, "hdf5Reads",
+                  (json_int_t)s.hdf5_reads, "chunkCache", "hits", (json_int_t)s.cache_hits,
+                  "misses", (json_int_t)s.cache_misses, "evictions", (json_int_t)s.cache_evictions,
+                  "bytesHeld", (json_int_t)s.cache_bytes));
+
+    work works[WORKS_SHOWN];
+    size_t work_count = list_works(t, works, WORKS_SHOWN, 1);
+    json_t *running = json_array(), *recent = json_array();
+    for (size_t i = 0; i < work_count; i++)
+        json_array_append_new(works[i].finished ? recent : running, work_json(&works[i]));
+
+    json_t *refused = json_array();
+    pthread_mutex_lock(&t->stats_mutex);
+    for (unsigned i = 0; i < t->refusals_count; i++) {
+        const refusal *r = &t->refusals[(t->refusals_next + REFUSALS_KEPT - 1 - i) % REFUSALS_KEPT];
+        json_array_append_new(refused,
+                              json_pack("{s:s, s:s}", "path", r->path, "reason", r->reason));
+    }
+    pthread_mutex_unlock(&t->stats_mutex);
+
+    return json_pack("{s:s, s:s, s:I, s:f, s:o, s:o, s:o, s:o, s:o, s:o}", "version", ZM_VERSION,
+                     "source", t->source_path, "snapshot", (json_int_t)serial, "uptimeSeconds",
+                     rounded(seconds_since(&t->mounted), 1e-3), "total", sum, "views", views,
+                     "outsideViews", requests_json(&outside), "works", running, "recentWorks",
+                     recent, "refusals", refused);
+}
+
+/* Takes a new snapshot of the counters as stats.json; its size to *size.
+ * Two snapshots in a row never have the same size: the kernel drops the
+ * pages it kept of a file whose size changes (FUSE keeps pages across
+ * opens, and this daemon lets the kernel open files without asking), so
+ * a changed size is what makes it read the new snapshot. */
+static int take_snapshot(zm_tree *t, uint64_t *size)
+{
+    pthread_mutex_lock(&t->stats_mutex);
+    uint64_t serial = ++t->snapshot_serial;
+    pthread_mutex_unlock(&t->stats_mutex);
+    json_t *document = stats_document(t, serial);
+    char *text = document ? json_dumps(document, JSON_INDENT(2) | JSON_REAL_PRECISION(15)) : NULL;
+    json_decref(document);
+    size_t length = text ? strlen(text) : 0;
+    char *snapshot = text ? malloc(length + 3) : NULL;
+    if (snapshot == NULL) {
+        free(text);
+        return -ENOMEM;
+    }
+    memcpy(snapshot, text, length);
+    free(text);
+    snapshot[length++] = '\n';
+    pthread_mutex_lock(&t->stats_mutex);
+    if (length == t->snapshot_size)
+        snapshot[length++] = '\n';
+    free(t->snapshot);
+    t->snapshot = snapshot;
+    t->snapshot_size = length;
+    *size = length;
+    pthread_mutex_unlock(&t->stats_mutex);
+    return 0;
+}
+
+/* The progress teller: every second, the works running longer than
+ * PROGRESS_AFTER_SECONDS, told every PROGRESS_EVERY_SECONDS. */
+static int same_work(const work *a, const work *b)
+{
+    return !strcmp(a->view, b->view) && !strcmp(a->what, b->what);
+}
+
+/* Tells that the works told about before and no longer running are done,
+ * with what they took when the source kept it (passes). */
+static void tell_done(zm_tree *t, work *told, size_t *told_count, const work *running,
+                      size_t running_count)
+{
+    work finished[WORKS_SHOWN];
+    size_t finished_count = 0;
+    for (size_t i = 0; i < *told_count;) {
+        int still = 0;
+        for (size_t j = 0; j < running_count && !still; j++)
+            still = same_work(&told[i], &running[j]);
+        if (still) {
+            i++;
+            continue;
+        }
+        if (finished_count == 0)
+            finished_count = list_works(t, finished, WORKS_SHOWN, 1);
+        char line[1400];
+        const work *w = NULL;
+        for (size_t j = 0; j < finished_count && !w; j++)
+            if (finished[j].finished && same_work(&finished[j], &told[i]))
+                w = &finished[j];
+        if (w)
+            snprintf(line, sizeof line, "%s%s%s: done, %" PRIu64 " %s in %.1f s (%.0f %s/s)",
+                     w->view, w->view[0] ? ": " : "", w->what, w->done, w->unit, w->seconds,
+                     work_rate(w), w->unit);
+        else
+            snprintf(line, sizeof line, "%s%s%s: done", told[i].view, told[i].view[0] ? ": " : "",
+                     told[i].what);
+        t->progress(t->progress_context, line);
+        told[i] = told[--*told_count];
+    }
+}
+
+static void *tell_progress(void *context)
+{
+    zm_tree *t = context;
+    struct timespec last_told = {0, 0};
+    int told = 0;
+    static _Thread_local work told_works[WORKS_SHOWN];
+    size_t told_count = 0;
+    pthread_mutex_lock(&t->teller_mutex);
+    while (!t->teller_stop) {
+        struct timespec wake;
+        clock_gettime(CLOCK_MONOTONIC, &wake);
+        wake.tv_sec += 1;
+        pthread_cond_timedwait(&t->teller_wake, &t->teller_mutex, &wake);
+        if (t->teller_stop)
+            break;
+        pthread_mutex_unlock(&t->teller_mutex);
+        work works[WORKS_SHOWN];
+        size_t count = list_works(t, works, WORKS_SHOWN, 0);
+        int long_work = 0;
+        for (size_t i = 0; i < count; i++)
+            long_work |= works[i].seconds >= PROGRESS_AFTER_SECONDS;
+        tell_done(t, told_works, &told_count, works, count);
+        if (long_work && (!told || seconds_since(&last_told) >= PROGRESS_EVERY_SECONDS)) {
+            for (size_t i = 0; i < count; i++) {
+                if (works[i].seconds < PROGRESS_AFTER_SECONDS)
+                    continue;
+                char line[1400];
+                work_line(&works[i], line, sizeof line);
+                t->progress(t->progress_context, line);
+                int known = 0;
+                for (size_t j = 0; j < told_count && !known; j++)
+                    known = same_work(&told_works[j], &works[i]);
+                if (!known && told_count < WORKS_SHOWN)
+                    told_works[told_count++] = works[i];
+            }
+            clock_gettime(CLOCK_MONOTONIC, &last_told);
+            told = 1;
+        }
+        pthread_mutex_lock(&t->teller_mutex);
+    }
+    pthread_mutex_unlock(&t->teller_mutex);
+    return NULL;
+}
+
+static void start_teller(zm_tree *t)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->teller_wake, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_init(&t->teller_mutex, NULL);
+    t->telling = pthread_create(&t->teller, NULL, tell_progress, t) == 0;
+    if (!t->telling) {
+        pthread_cond_destroy(&t->teller_wake);
+        pthread_mutex_destroy(&t->teller_mutex);
+    }
+}
+
+static void stop_teller(zm_tree *t)
+{
+    if (!t->telling)
+        return;
+    pthread_mutex_lock(&t->teller_mutex);
+    t->teller_stop = 1;
+    pthread_cond_signal(&t->teller_wake);
+    pthread_mutex_unlock(&t->teller_mutex);
+    pthread_join(t->teller, NULL);
+    pthread_cond_destroy(&t->teller_wake);
+    pthread_mutex_destroy(&t->teller_mutex);
+    t->telling = 0;
 }
 
 /* ---- The API ---------------------------------------------------------------------- */
@@ -965,14 +1503,20 @@ static void ladder(uint64_t n, uint64_t *sizes, size_t *count)
         sizes[(*count)++] = n;
 }
 
-int zm__tree_lookup(zm_tree *t, const char *path, zm_node *node, zm_err *err)
+static int take_snapshot(zm_tree *t, uint64_t *size);
+
+static int lookup_target(zm_tree *t, const char *path, const target *target_in, view_stats *vs,
+                         zm_node *node, zm_err *err)
 {
-    target tg;
-    int rc = parse_path(t, path, &tg, err);
-    if (rc != 0)
-        return rc;
-    node->size = 0;
+    target tg = *target_in;
+    int rc;
+    memset(node, 0, sizeof *node);
     node->kind = ZM_NODE_DIRECTORY;
+    if (tg.kind == T_STATS_FILE) {
+        node->kind = ZM_NODE_FILE;
+        node->live = 1;
+        return take_snapshot(t, &node->size);
+    }
     if (tg.kind == T_INFO_FILE) {
         node->kind = ZM_NODE_FILE;
         node->size = t->info_size;
@@ -999,7 +1543,7 @@ int zm__tree_lookup(zm_tree *t, const char *path, zm_node *node, zm_err *err)
             node->size = size;
         } else {
             zm_cache_ref ref;
-            rc = with_file(t, view, path, &w, &ref, err);
+            rc = with_file(t, view, vs, path, &w, &ref, err);
             if (rc == 0) {
                 node->size = ref.size;
                 zm_cache_release(t->files, &ref);
@@ -1010,10 +1554,49 @@ int zm__tree_lookup(zm_tree *t, const char *path, zm_node *node, zm_err *err)
     return rc;
 }
 
+int zm__tree_lookup(zm_tree *t, const char *path, zm_node *node, zm_err *err)
+{
+    target tg;
+    int rc = parse_path(t, path, &tg, err);
+    view_stats *vs = rc == 0 ? stats_of_target(t, &tg) : &t->outside;
+    vs->lookups++;
+    if (rc == 0)
+        rc = lookup_target(t, path, &tg, vs, node, err);
+    if (rc == -ENOENT)
+        note_refusal(t, vs, path, err);
+    return rc;
+}
+
+int zm__tree_getattr(zm_tree *t, const char *path, zm_node *node, zm_err *err)
+{
+    target tg;
+    int rc = parse_path(t, path, &tg, err);
+    if (rc != 0 || tg.kind != T_STATS_FILE)
+        return rc != 0 ? rc : zm__tree_lookup(t, path, node, err);
+    memset(node, 0, sizeof *node);
+    node->kind = ZM_NODE_FILE;
+    node->live = 1;
+    pthread_mutex_lock(&t->stats_mutex);
+    int have = t->snapshot != NULL;
+    node->size = t->snapshot_size;
+    pthread_mutex_unlock(&t->stats_mutex);
+    return have ? 0 : take_snapshot(t, &node->size);
+}
+
+void zm__tree_count_open(zm_tree *t, const char *path)
+{
+    target tg;
+    zm_err err;
+    if (parse_path(t, path, &tg, &err) == 0)
+        stats_of_target(t, &tg)->opens++;
+    else
+        t->outside.opens++;
+}
+
 static int emit_name(zm__tree_emit emit, void *context, const char *name, zm_node_kind kind,
                      uint64_t size)
 {
-    zm_node node = {kind, size};
+    zm_node node = {kind, size, 0};
     return emit(context, name, &node);
 }
 
@@ -1036,12 +1619,11 @@ static int emit_key(void *context, const char *key)
     return emit_name(k->emit, k->context, key, ZM_NODE_DIRECTORY, 0);
 }
 
-int zm__tree_list(zm_tree *t, const char *path, zm__tree_emit emit, void *context, zm_err *err)
+static int list_target(zm_tree *t, const char *path, const target *target_in, zm__tree_emit emit,
+                       void *context, zm_err *err)
 {
-    target tg;
-    int rc = parse_path(t, path, &tg, err);
-    if (rc != 0)
-        return rc;
+    target tg = *target_in;
+    int rc = 0;
     char name[64];
     switch (tg.kind) {
     case T_ROOT: {
@@ -1079,8 +1661,13 @@ int zm__tree_list(zm_tree *t, const char *path, zm__tree_emit emit, void *contex
     case T_COLUMNS:
         return emit_name(emit, context, "seed0", ZM_NODE_DIRECTORY, 0);
     case T_INFO_DIR:
-        return emit_name(emit, context, "info.json", ZM_NODE_FILE, t->info_size);
+        /* stats.json's size is known only when it is looked up (a new
+         * snapshot): listed without one, so the kernel looks it up. */
+        if ((rc = emit_name(emit, context, "info.json", ZM_NODE_FILE, t->info_size)) != 0)
+            return rc;
+        return emit_name(emit, context, "stats.json", ZM_NODE_FILE, ZM_SIZE_UNKNOWN);
     case T_INFO_FILE:
+    case T_STATS_FILE:
         return zm_err_set(err, -ENOTDIR, "%s: not a directory", path);
     case T_METHOD:
         if (tg.spec.kind == ZM_VIEW_STRATIFIED || tg.spec.kind == ZM_VIEW_SPATIAL) {
@@ -1169,14 +1756,35 @@ int zm__tree_list(zm_tree *t, const char *path, zm__tree_emit emit, void *contex
     return rc;
 }
 
-int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, void *buffer,
-                  size_t *done, zm_err *err)
+int zm__tree_list(zm_tree *t, const char *path, zm__tree_emit emit, void *context, zm_err *err)
 {
-    *done = 0;
     target tg;
     int rc = parse_path(t, path, &tg, err);
-    if (rc != 0)
-        return rc;
+    view_stats *vs = rc == 0 ? stats_of_target(t, &tg) : &t->outside;
+    vs->listings++;
+    if (rc == 0)
+        rc = list_target(t, path, &tg, emit, context, err);
+    if (rc == -ENOENT)
+        note_refusal(t, vs, path, err);
+    return rc;
+}
+
+static int read_target(zm_tree *t, const char *path, const target *target_in, view_stats *vs,
+                       uint64_t offset, size_t size, void *buffer, size_t *done, zm_err *err)
+{
+    target tg = *target_in;
+    int rc;
+    if (tg.kind == T_STATS_FILE) {
+        /* The snapshot the last lookup took (the kernel looks the file up
+         * at every open: its entry is never kept). */
+        pthread_mutex_lock(&t->stats_mutex);
+        if (t->snapshot && offset < t->snapshot_size) {
+            *done = t->snapshot_size - offset < size ? t->snapshot_size - offset : size;
+            memcpy(buffer, t->snapshot + offset, *done);
+        }
+        pthread_mutex_unlock(&t->stats_mutex);
+        return 0;
+    }
     if (tg.kind == T_INFO_FILE) {
         if (offset < t->info_size) {
             *done = t->info_size - offset < size ? t->info_size - offset : size;
@@ -1195,7 +1803,7 @@ int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, vo
         rc = zm_err_set(err, -EISDIR, "%s: a directory", path);
     if (rc == 0) {
         zm_cache_ref ref;
-        rc = with_file(t, view, path, &w, &ref, err);
+        rc = with_file(t, view, vs, path, &w, &ref, err);
         if (rc == 0) {
             if (offset < ref.size) {
                 *done = ref.size - offset < size ? ref.size - offset : size;
@@ -1205,6 +1813,23 @@ int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, vo
         }
     }
     view_release(t, view);
+    return rc;
+}
+
+int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, void *buffer,
+                  size_t *done, zm_err *err)
+{
+    *done = 0;
+    target tg;
+    int rc = parse_path(t, path, &tg, err);
+    view_stats *vs = rc == 0 ? stats_of_target(t, &tg) : &t->outside;
+    vs->reads++;
+    if (rc == 0)
+        rc = read_target(t, path, &tg, vs, offset, size, buffer, done, err);
+    if (rc == 0)
+        vs->bytes_served += *done;
+    else if (rc == -ENOENT)
+        note_refusal(t, vs, path, err);
     return rc;
 }
 
@@ -1244,6 +1869,10 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
         return zm_err_set(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&t->mutex, NULL);
     pthread_cond_init(&t->changed, NULL);
+    pthread_mutex_init(&t->stats_mutex, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t->mounted);
+    t->outside.key = "";
+    t->more_views.key = "(more views)";
     t->source_path = strdup(options->source);
     t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : (1u << 20);
     t->cache_bytes = options->cache_bytes ? options->cache_bytes : DEFAULT_FILE_CACHE_BYTES;
@@ -1294,6 +1923,11 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
         zm__tree_close(t);
         return rc;
     }
+    if (options->progress != NULL) {
+        t->progress = options->progress;
+        t->progress_context = options->progress_context;
+        start_teller(t);
+    }
     *out = t;
     return 0;
 }
@@ -1302,6 +1936,7 @@ void zm__tree_close(zm_tree *t)
 {
     if (t == NULL)
         return;
+    stop_teller(t);
     t->closing = 1;
     pthread_mutex_lock(&t->mutex);
     while (t->ahead_running > 0)
@@ -1319,6 +1954,13 @@ void zm__tree_close(zm_tree *t)
     free(t->sizes.keys);
     free(t->sizes.sizes);
     free(t->info);
+    for (size_t i = 0; i < t->view_stats_count; i++) {
+        free(t->view_stats[i]->key);
+        free(t->view_stats[i]);
+    }
+    free(t->view_stats);
+    free(t->snapshot);
+    pthread_mutex_destroy(&t->stats_mutex);
     free(t->source_path);
     pthread_mutex_destroy(&t->mutex);
     pthread_cond_destroy(&t->changed);

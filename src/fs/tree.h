@@ -22,6 +22,11 @@ typedef struct zm_tree_options {
     uint64_t chunk_bytes;        /* raw bytes a chunk aims at; 0: 1 MiB */
     uint64_t cache_bytes;        /* synthesized chunks kept; 0: the default */
     unsigned threads;            /* decode threads; 0: one per core */
+    /* Long work (a walk, encoding ahead) is told here every few seconds
+     * while it runs: one line with its percent, rate and time left. NULL:
+     * not told (it still shows in .zarrmount/stats.json). */
+    void (*progress)(void *context, const char *line);
+    void *progress_context;
 } zm_tree_options;
 
 /* Opens the source and builds the tree's root. -EINVAL etc. with a reason
@@ -44,6 +49,9 @@ typedef struct zm_node {
     uint64_t size;   /* files: exact bytes (a compressed chunk is synthesized to know it);
                       * in zm__tree_list, ZM_SIZE_UNKNOWN when knowing it would mean
                       * synthesizing: look the entry up for its attributes */
+    int live;        /* changes while mounted (.zarrmount/stats.json): each lookup
+                      * takes a new snapshot, reads serve the latest one, and the
+                      * kernel must keep neither its name, attributes nor pages */
 } zm_node;
 
 #define ZM_SIZE_UNKNOWN UINT64_MAX
@@ -70,6 +78,14 @@ int zm__tree_read(zm_tree *tree, const char *path, uint64_t offset, size_t size,
  * exist (not canonical, refused by the kernel, an unknown key). */
 struct json_t;
 int zm__tree_explain(zm_tree *tree, const char *path, struct json_t **out, zm_err *err);
+/* What a live file (zm_node.live) is now, without taking a new snapshot:
+ * the kernel asks for attributes between a lookup and the reads. Other
+ * paths answer as zm__tree_lookup does. */
+int zm__tree_getattr(zm_tree *tree, const char *path, zm_node *node, zm_err *err);
+
+/* Counts an open of path in its view's counters (the tree sees lookups,
+ * listings and reads itself; opens reach only the FUSE layer). */
+void zm__tree_count_open(zm_tree *tree, const char *path);
 
 /* The target of a link. */
 int zm__tree_readlink(zm_tree *tree, const char *path, char *target, size_t size, zm_err *err);

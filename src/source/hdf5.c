@@ -839,7 +839,7 @@ int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *range
         H5Sclose(mem_space);
         H5Sclose(file_space);
         at += rows * row_bytes;
-        source->hdf5_reads++;
+        zm__count_hdf5_read(source);
     }
     if (memtype != native)
         H5Tclose(memtype);
@@ -892,7 +892,7 @@ int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *rang
     }
     H5Sclose(mem_space);
     H5Sclose(file_space);
-    source->hdf5_reads++;
+    zm__count_hdf5_read(source);
     zm__hdf5_unlock();
     if (rc != 0)
         return zm_err_set(err, rc == -ENOMEM ? -ENOMEM : -EIO,

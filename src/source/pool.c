@@ -15,6 +15,7 @@
  * one lock per item keeps this simple at no measurable cost.
  */
 #include "source/pool.h"
+#include "source/source_internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -30,6 +31,7 @@ typedef struct zm__loop {
     size_t next; /* the first item not yet claimed */
     size_t done; /* items finished */
     int result;  /* the first non-zero value an item returned */
+    zm_source_tally *tally; /* the caller's: its items' reads count there too */
     pthread_cond_t finished;
     struct zm__loop *queue_next; /* in the pool's queue while next < count */
     bool queued;
@@ -78,7 +80,9 @@ static size_t zm__claim(zm__pool *pool, zm__loop *loop)
 static void zm__run(zm__pool *pool, zm__loop *loop, size_t index)
 {
     pthread_mutex_unlock(&pool->mutex);
+    zm_source_tally *own = zm_source_tally_set(loop->tally);
     int rc = loop->fn(loop->context, index);
+    zm_source_tally_set(own);
     pthread_mutex_lock(&pool->mutex);
     if (rc != 0 && loop->result == 0)
         loop->result = rc;
@@ -190,7 +194,7 @@ int zm__pool_for(zm__pool *pool, size_t count, int (*fn)(void *context, size_t i
         return result;
     }
 
-    zm__loop loop = {.fn = fn, .context = context, .count = count};
+    zm__loop loop = {.fn = fn, .context = context, .count = count, .tally = zm__tally_current()};
     int rc = pthread_cond_init(&loop.finished, NULL);
     if (rc != 0) {
         /* Without a condition variable to wait on, run the loop alone:

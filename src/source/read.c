@@ -40,7 +40,7 @@ static int read_exact(zm_source *source, uint64_t offset, void *buffer, size_t s
                               array->file_path, (unsigned long long)(offset + done), size);
         done += (size_t)n;
     }
-    source->bytes_read += size;
+    zm__count_bytes(source, size);
     return 0;
 }
 
@@ -249,7 +249,7 @@ static int decode_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint
         if (rc != 0)
             return rc;
     }
-    source->chunks_decoded++;
+    zm__count_chunk(source);
     return 0;
 }
 
@@ -295,6 +295,7 @@ struct gather {
     uint64_t rest_chunks;    /* chunks per step along the row dimension */
     zm_err *errors;          /* one per task */
     int one_pass;            /* a pass over many chunks: partly used ones are not kept */
+    struct zm__pass *pass;   /* counted while it runs (one_pass) */
 };
 
 /* A gather visiting at least this many chunks is a pass (a walk, a view's
@@ -389,7 +390,7 @@ static int decode_prefix(zm_source *source, zm_array *array, uint64_t chunk, uin
                           inner.reason);
     if (array->info.big_endian)
         swap_bytes(raw, values, size);
-    source->chunks_decoded++;
+    zm__count_chunk(source);
     return 1;
 }
 
@@ -408,7 +409,7 @@ static size_t first_range_after(const struct gather *g, uint64_t row)
 }
 
 /* Copies one chunk's part of the kept rows into the output (rows first). */
-static int gather_chunk(void *context, size_t task)
+static int gather_chunk_part(void *context, size_t task)
 {
     struct gather *g = context;
     zm_array *array = g->array;
@@ -540,6 +541,15 @@ static int gather_chunk(void *context, size_t task)
     return 0;
 }
 
+/* One task of a gather, counted in its pass. */
+static int gather_chunk(void *context, size_t task)
+{
+    struct gather *g = context;
+    int rc = gather_chunk_part(context, task);
+    zm__pass_step(g->pass);
+    return rc;
+}
+
 static int gather_chunked(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
                           const uint64_t *out_row, uint8_t *out, unsigned flags, zm_err *err)
 {
@@ -578,7 +588,7 @@ static int gather_chunked(zm_source *source, zm_array *array, const zm_range *ra
         }
     }
     size_t task_count = position_count * rest;
-    struct gather g = {source, array, ranges, count, out_row, out, NULL, rest, NULL, 0};
+    struct gather g = {source, array, ranges, count, out_row, out, NULL, rest, NULL, 0, NULL};
     g.one_pass = (flags & ZM_READ_PASS) || position_count * rest >= ONE_PASS_CHUNKS;
     g.tasks = malloc((task_count ? task_count : 1) * sizeof *g.tasks);
     g.errors = calloc(task_count ? task_count : 1, sizeof *g.errors);
@@ -605,7 +615,10 @@ static int gather_chunked(zm_source *source, zm_array *array, const zm_range *ra
         free(g.errors);
         return rc;
     }
+    if (g.one_pass)
+        g.pass = zm__pass_begin(source, array, "chunks", task_count);
     rc = zm__pool_for(source->pool, task_count, gather_chunk, &g);
+    zm__pass_end(source, g.pass);
     if (rc != 0) {
         for (size_t i = 0; i < task_count; i++)
             if (g.errors[i].code != 0) {
@@ -639,9 +652,20 @@ struct contiguous {
     uint8_t *out;
     struct piece *pieces;
     zm_err *errors;
+    struct zm__pass *pass; /* counted while it runs (a pass) */
 };
 
+static int read_piece_counted(void *context, size_t index);
+
 static int read_piece(void *context, size_t index)
+{
+    struct contiguous *c = context;
+    int rc = read_piece_counted(context, index);
+    zm__pass_step(c->pass);
+    return rc;
+}
+
+static int read_piece_counted(void *context, size_t index)
 {
     struct contiguous *c = context;
     const struct piece *p = &c->pieces[index];
@@ -676,7 +700,8 @@ static int read_piece(void *context, size_t index)
 }
 
 static int gather_contiguous(zm_source *source, zm_array *array, const zm_range *ranges,
-                             size_t count, const uint64_t *out_row, uint8_t *out, zm_err *err)
+                             size_t count, const uint64_t *out_row, uint8_t *out, unsigned flags,
+                             zm_err *err)
 {
     uint64_t row_bytes = zm_array_row_bytes(array);
     size_t size = array->info.dtype.size;
@@ -724,8 +749,11 @@ static int gather_contiguous(zm_source *source, zm_array *array, const zm_range 
         free(pieces);
         return zm_err_set(err, -ENOMEM, "out of memory planning a read of %s", array->file_path);
     }
-    struct contiguous c = {source, array, ranges, out_row, out, pieces, errors};
+    struct contiguous c = {source, array, ranges, out_row, out, pieces, errors, NULL};
+    if (flags & ZM_READ_PASS)
+        c.pass = zm__pass_begin(source, array, "pieces", n);
     int rc = zm__pool_for(n > 1 ? source->pool : NULL, n, read_piece, &c);
+    zm__pass_end(source, c.pass);
     if (rc != 0)
         for (size_t i = 0; i < n; i++)
             if (errors[i].code != 0) {
@@ -845,7 +873,7 @@ static int read_ranges(zm_source *source, const zm_array *const_array, const zm_
         if (array->info.layout == ZM_LAYOUT_CHUNKED)
             rc = gather_chunked(source, array, ranges, count, out_row, out, flags, err);
         else
-            rc = gather_contiguous(source, array, ranges, count, out_row, out, err);
+            rc = gather_contiguous(source, array, ranges, count, out_row, out, flags, err);
         break;
     }
     if (packed != NULL) {

@@ -113,6 +113,7 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
     source->fd = -1;
     source->file = H5I_INVALID_HID;
     source->path = strdup(path);
+    pthread_mutex_init(&source->passes_mutex, NULL);
     int rc = 0;
 
     source->fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -207,6 +208,7 @@ void zm_source_close(zm_source *source)
         return;
     zm__pool_destroy(source->pool);
     zm_cache_destroy(source->cache);
+    pthread_mutex_destroy(&source->passes_mutex);
     zm__element_free(source->root);
     zm__hdf5_lock();
     for (size_t i = 0; i < source->array_count; i++)
@@ -222,6 +224,112 @@ void zm_source_close(zm_source *source)
         close(source->fd);
     free(source->path);
     free(source);
+}
+
+/* ---- Counting reads ----------------------------------------------------------- */
+
+static _Thread_local zm_source_tally *current_tally;
+
+zm_source_tally *zm_source_tally_set(zm_source_tally *tally)
+{
+    zm_source_tally *previous = current_tally;
+    current_tally = tally;
+    return previous;
+}
+
+zm_source_tally *zm__tally_current(void)
+{
+    return current_tally;
+}
+
+void zm__count_bytes(zm_source *source, uint64_t bytes)
+{
+    source->bytes_read += bytes;
+    if (current_tally != NULL)
+        current_tally->bytes_read += bytes;
+}
+
+void zm__count_chunk(zm_source *source)
+{
+    source->chunks_decoded++;
+    if (current_tally != NULL)
+        current_tally->chunks_decoded++;
+}
+
+void zm__count_hdf5_read(zm_source *source)
+{
+    source->hdf5_reads++;
+    if (current_tally != NULL)
+        current_tally->hdf5_reads++;
+}
+
+static double seconds_since(const struct timespec *began)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - began->tv_sec) + (double)(now.tv_nsec - began->tv_nsec) / 1e9;
+}
+
+struct zm__pass *zm__pass_begin(zm_source *source, const zm_array *array, const char *unit,
+                                uint64_t total)
+{
+    struct zm__pass *pass = calloc(1, sizeof *pass);
+    if (pass == NULL)
+        return NULL;
+    snprintf(pass->shown.what, sizeof pass->shown.what, "%s", array->file_path);
+    pass->shown.unit = unit;
+    pass->shown.tally = current_tally;
+    pass->shown.total = total;
+    clock_gettime(CLOCK_MONOTONIC, &pass->began);
+    pthread_mutex_lock(&source->passes_mutex);
+    pass->next = source->passes;
+    source->passes = pass;
+    pthread_mutex_unlock(&source->passes_mutex);
+    return pass;
+}
+
+void zm__pass_step(struct zm__pass *pass)
+{
+    if (pass != NULL)
+        pass->done++;
+}
+
+void zm__pass_end(zm_source *source, struct zm__pass *pass)
+{
+    if (pass == NULL)
+        return;
+    pthread_mutex_lock(&source->passes_mutex);
+    struct zm__pass **link = &source->passes;
+    while (*link != pass)
+        link = &(*link)->next;
+    *link = pass->next;
+    zm_source_pass *kept = &source->finished[source->finished_next];
+    *kept = pass->shown;
+    kept->done = pass->done;
+    kept->seconds = seconds_since(&pass->began);
+    kept->finished = 1;
+    source->finished_next = (source->finished_next + 1) % ZM__FINISHED_PASSES;
+    if (source->finished_count < ZM__FINISHED_PASSES)
+        source->finished_count++;
+    pthread_mutex_unlock(&source->passes_mutex);
+    free(pass);
+}
+
+size_t zm_source_passes(zm_source *source, zm_source_pass *out, size_t capacity)
+{
+    size_t count = 0;
+    pthread_mutex_lock(&source->passes_mutex);
+    for (struct zm__pass *p = source->passes; p != NULL && count < capacity; p = p->next) {
+        out[count] = p->shown;
+        out[count].done = p->done;
+        out[count].seconds = seconds_since(&p->began);
+        count++;
+    }
+    for (unsigned i = 0; i < source->finished_count && count < capacity; i++)
+        out[count++] = source->finished[(source->finished_next + ZM__FINISHED_PASSES - 1 - i) %
+                                        ZM__FINISHED_PASSES];
+    pthread_mutex_unlock(&source->passes_mutex);
+    return count;
 }
 
 void zm_source_get_stats(zm_source *source, zm_source_stats *stats)

@@ -6,11 +6,15 @@
 #include <hdf5.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "zarrmount/cache.h"
 #include "source/filters.h"
 #include "source/pool.h"
 #include "zarrmount/source.h"
+
+/* Finished passes kept to be shown (zm_source_passes). */
+#define ZM__FINISHED_PASSES 8
 
 /* HDF5 is one library-wide state: every call into it happens under this
  * lock, and nothing slow (pread, decoding) happens while it is held. */
@@ -79,7 +83,35 @@ struct zm_source {
     char **skipped_list;
     size_t skipped_count;
     _Atomic uint64_t chunks_decoded, bytes_read, hdf5_reads;
+    /* Passes running (a list) and the last ones finished (a ring). */
+    pthread_mutex_t passes_mutex;
+    struct zm__pass *passes;
+    zm_source_pass finished[ZM__FINISHED_PASSES];
+    unsigned finished_next, finished_count;
 };
+
+/* ---- Counting reads (source.c) -------------------------------------------- */
+
+/* The calling thread's tally (zm_source_tally_set), or NULL. */
+zm_source_tally *zm__tally_current(void);
+/* Adds to the source's counters and the thread's tally. */
+void zm__count_bytes(zm_source *source, uint64_t bytes);
+void zm__count_chunk(zm_source *source);
+void zm__count_hdf5_read(zm_source *source);
+
+/* A pass being counted: begun by the thread that plans it, counted by
+ * whichever threads read its parts, ended by the planner. NULL when there
+ * was no memory to count it (counting is then skipped). */
+struct zm__pass {
+    zm_source_pass shown;
+    _Atomic uint64_t done;
+    struct timespec began;
+    struct zm__pass *next;
+};
+struct zm__pass *zm__pass_begin(zm_source *source, const zm_array *array, const char *unit,
+                                uint64_t total);
+void zm__pass_step(struct zm__pass *pass);
+void zm__pass_end(zm_source *source, struct zm__pass *pass);
 
 /* ---- Building the model (model.c) ------------------------------------------- */
 

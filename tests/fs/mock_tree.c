@@ -421,3 +421,14 @@ int zm__tree_readlink(zm_tree *tree, const char *path, char *target, size_t size
     strcpy(target, entry.text);
     return 0;
 }
+
+int zm__tree_getattr(zm_tree *tree, const char *path, zm_node *node, zm_err *err)
+{
+    return zm__tree_lookup(tree, path, node, err);
+}
+
+void zm__tree_count_open(zm_tree *tree, const char *path)
+{
+    (void)tree;
+    (void)path;
+}

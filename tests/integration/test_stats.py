@@ -1,0 +1,419 @@
+#!/usr/bin/python3
+"""The mount's counters (.zarrmount/stats.json and `zarrmount stats`), as a
+user of a lazy store checks them (docs/mount.md, "Stats"):
+
+- opening a view (looking it up, listing it, reading its metadata) makes no
+  chunk and reads no source chunk for its files; what building it reads
+  (its cells' index pointers) is counted apart, under "build";
+- reading one chunk synthesizes exactly that chunk and reads exactly the
+  source chunks (and their stored bytes) it needs, computed here from the
+  HDF5 chunk layout with h5py; a walked array's first chunk reads the
+  source chunks holding the view's cells, its next chunk reads nothing;
+- reading it again, once the kernel has dropped its pages
+  (posix_fadvise DONTNEED, so the read reaches the daemon), is a cache hit;
+- refused paths are counted, per view and in total, with their reasons;
+- stats.json is a fresh, complete snapshot at every open, its size exact;
+- `zarrmount stats MNT --json` is that JSON, the table prints every view,
+  and --watch redraws until interrupted.
+
+Every mount is unmounted in every outcome (run by run_mount_test.sh, which
+also unmounts whatever a crash leaves). No step has a time limit. Prints TAP.
+"""
+import contextlib
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import h5py
+import numpy as np
+
+BINARY = os.environ.get("ZM_BINARY", "build/zarrmount")
+ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
+SOURCES = [
+    # Chunked arrays of several chunks each, deflated: reads are countable.
+    os.path.join(ROOT, "fixtures/sources/filters/gzip1.h5ad"),
+    # One chunk an array, and contiguous obs columns (read by pread).
+    os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad"),
+]
+CHUNK_BYTES = 64  # -o chunk_size: a few rows a chunk, so arrays have several
+results = []
+
+
+def check(name, ok, detail=""):
+    results.append((bool(ok), name, detail))
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+@contextlib.contextmanager
+def mounted(source, *options):
+    """Mounts source in a new directory (foreground daemon); always unmounts."""
+    point = tempfile.mkdtemp(prefix="zm-stats-", dir=os.environ.get("ZM_MOUNT_PARENT"))
+    args = [BINARY, source, point, "-f"]
+    for option in options:
+        args += ["-o", option]
+    log = tempfile.TemporaryFile()
+    daemon = subprocess.Popen(args, stdout=log, stderr=log)
+    try:
+        while not is_mounted(point):
+            if daemon.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"mount failed: {log.read().decode(errors='replace').strip()}")
+            time.sleep(0.05)
+        yield point
+    finally:
+        if is_mounted(point):
+            subprocess.run(["fusermount3", "-u", point], capture_output=True)
+        if daemon.poll() is None and is_mounted(point):
+            subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True)
+        daemon.wait()
+        os.rmdir(point)
+        log.close()
+
+
+def stats(point):
+    """One snapshot: the file read whole through one descriptor, whose fstat
+    size must be exactly what was read."""
+    fd = os.open(os.path.join(point, ".zarrmount/stats.json"), os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        data = b""
+        while True:
+            piece = os.read(fd, 1 << 20)
+            if not piece:
+                break
+            data += piece
+    finally:
+        os.close(fd)
+    if size != len(data):
+        raise AssertionError(f"stats.json: fstat says {size} bytes, read gave {len(data)}")
+    return json.loads(data)
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def reread_from_daemon(path):
+    """Drops the kernel's pages of path, then reads it: the read reaches the
+    daemon (the kernel otherwise serves a file it read before itself)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        data = b""
+        while True:
+            piece = os.read(fd, 1 << 20)
+            if not piece:
+                break
+            data += piece
+        return data
+    finally:
+        os.close(fd)
+
+
+def source_cost(h5, name, rows):
+    """Source chunks and stored bytes a read of the given rows (along the
+    first dimension) of dataset `name` takes: each chunk holding one of
+    them, once; a contiguous dataset is pread row by row range."""
+    d = h5[name]
+    rows = sorted(set(rows))
+    if d.chunks is None:
+        # Runs of rows, merged when less than MERGE_GAP_BYTES (8 KiB) apart
+        # and at most PIECE_BYTES (4 MiB) long (src/source/read.c): a read
+        # costs about what copying that many bytes does.
+        row_bytes = d.dtype.itemsize * (int(np.prod(d.shape[1:])) if d.ndim > 1 else 1)
+        piece_rows = max(1, (4 << 20) // row_bytes)
+        spans = []
+        for r in rows:
+            if spans and (r - spans[-1][1]) * row_bytes < 8192 and r + 1 - spans[-1][0] <= piece_rows:
+                spans[-1][1] = r + 1
+            else:
+                spans.append([r, r + 1])
+        return 0, sum(b - a for a, b in spans) * row_bytes
+    per = d.chunks[0]
+    wanted = sorted({r // per for r in rows})
+    stored = 0
+    for c in wanted:
+        for other in range(-(-d.shape[1] // d.chunks[1]) if d.ndim > 1 else 1):
+            coords = (c * per,) + ((other * d.chunks[1],) if d.ndim > 1 else ())
+            stored += d.id.get_chunk_info_by_coord(coords).size
+    return len(wanted) * (-(-d.shape[1] // d.chunks[1]) if d.ndim > 1 else 1), stored
+
+
+def delta(after, before, *keys):
+    a, b = after, before
+    for k in keys:
+        a, b = a.get(k, {}) if isinstance(a, dict) else 0, b.get(k, {}) if isinstance(b, dict) else 0
+    return (a or 0) - (b or 0)
+
+
+def view(snapshot, key):
+    return snapshot["views"].get(key, {})
+
+
+def sparse_pointer_chunks(h5):
+    """Chunks of every index pointer array (what building a view may read)."""
+    count = 0
+
+    def visit(name, item):
+        nonlocal count
+        if isinstance(item, h5py.Dataset) and name.endswith("indptr"):
+            count += item.id.get_num_chunks() if item.chunks else 0
+
+    h5.visititems(visit)
+    return count
+
+
+def a_column(h5):
+    """An obs column of numbers (to read chunks of)."""
+    for name in ("obs/n_counts", "obs/float32"):
+        if name in h5 and isinstance(h5[name], h5py.Dataset):
+            return name
+    raise RuntimeError("no numeric obs column")
+
+
+def check_file_view(path, h5, label):
+    """file/: rows in file order, no walks: a chunk reads its own rows."""
+    column = a_column(h5)
+    with mounted(path, f"chunk_size={CHUNK_BYTES}") as point:
+        s0 = stats(point)
+        check(f"{label}: a fresh mount has no view counters yet", "file" not in s0["views"])
+        root = os.path.join(point, "file")
+        os.listdir(root)
+        for meta in (".zgroup", ".zattrs", ".zmetadata", f"{column}/.zarray", f"{column}/.zattrs",
+                     "X/.zattrs", "X/data/.zarray"):
+            read_file(os.path.join(root, meta))
+        os.listdir(os.path.join(root, column))
+        s1 = stats(point)
+        v = view(s1, "file")
+        check(f"{label}: opening a view synthesizes no chunk", v.get("chunksSynthesized") == 0, v)
+        check(f"{label}: opening a view reads no source chunk for its files",
+              v["source"]["chunksDecoded"] == 0 and v["source"]["bytesRead"] == 0, v)
+        check(f"{label}: its metadata documents are made and counted",
+              v["documentsSynthesized"] >= 5 and v["cache"]["misses"] == v["documentsSynthesized"], v)
+        check(f"{label}: building it is counted apart: once, reading at most its index pointers",
+              v["build"]["builds"] == 1 and
+              v["build"]["source"]["chunksDecoded"] <= sparse_pointer_chunks(h5), v["build"])
+        check(f"{label}: lookups and listings reach the view's counters",
+              v["lookups"] >= 8 and v["listings"] >= 2, v)
+
+        # One chunk of a column: its rows' source chunks, nothing else.
+        rows_per_chunk = json.loads(read_file(os.path.join(root, column, ".zarray")))["chunks"][0]
+        chunk = os.path.join(root, column, "0")
+        s1 = stats(point)
+        read_file(chunk)
+        s2 = stats(point)
+        chunks, stored = source_cost(h5, column, range(min(rows_per_chunk, h5[column].shape[0])))
+        v1, v2 = view(s1, "file"), view(s2, "file")
+        check(f"{label}: reading one chunk synthesizes one",
+              delta(v2, v1, "chunksSynthesized") == 1 and delta(v2, v1, "cache", "misses") == 1,
+              (v1, v2))
+        check(f"{label}: ... reading only the source chunks it needs ({chunks}, {stored} bytes)",
+              delta(v2, v1, "source", "chunksDecoded") == chunks and
+              delta(v2, v1, "source", "bytesRead") == stored, (v1["source"], v2["source"]))
+        check(f"{label}: ... and the total counts the same",
+              delta(s2["total"], s1["total"], "source", "chunksDecoded") == chunks and
+              delta(s2["total"], s1["total"], "chunksSynthesized") == 1, (s1["total"], s2["total"]))
+        check(f"{label}: the bytes it holds are the file's", v2["cache"]["bytesHeld"] -
+              v1["cache"]["bytesHeld"] == os.stat(chunk).st_size, (v1["cache"], v2["cache"]))
+
+        data = reread_from_daemon(chunk)
+        s3 = stats(point)
+        v3 = view(s3, "file")
+        check(f"{label}: reading it again is a cache hit",
+              delta(v3, v2, "cache", "hits") >= 1 and delta(v3, v2, "cache", "misses") == 0 and
+              delta(v3, v2, "reads") >= 1 and delta(v3, v2, "bytesServed") == len(data), (v2, v3))
+        check(f"{label}: ... that synthesizes nothing and reads no source",
+              delta(v3, v2, "chunksSynthesized") == 0 and
+              delta(v3, v2, "source", "chunksDecoded") == 0 and
+              delta(v3, v2, "source", "bytesRead") == 0, (v2, v3))
+
+        # The entries of a sparse matrix: the data chunks of its first entries.
+        entries = json.loads(read_file(os.path.join(root, "X/data/.zarray")))["chunks"][0]
+        s3 = stats(point)
+        read_file(os.path.join(root, "X/data/0"))
+        s4 = stats(point)
+        chunks, stored = source_cost(h5, "X/data", range(min(entries, h5["X/data"].shape[0])))
+        v3, v4 = view(s3, "file"), view(s4, "file")
+        check(f"{label}: a chunk of X/data reads its entries' source chunks ({chunks}, {stored} bytes)",
+              delta(v4, v3, "chunksSynthesized") == 1 and
+              delta(v4, v3, "source", "chunksDecoded") == chunks and
+              delta(v4, v3, "source", "bytesRead") == stored, (v3, v4))
+
+        # Refused paths, per view and in total, with reasons.
+        for missing in ("file/no_such_array", "file/X/data/999999", "uniform/seed0/k=0"):
+            try:
+                os.stat(os.path.join(point, missing))
+                check(f"{label}: {missing} is refused", False, "it exists")
+            except OSError as e:
+                check(f"{label}: {missing} is refused (ENOENT)", e.errno == errno.ENOENT, e)
+        s5 = stats(point)
+        check(f"{label}: refused paths count in their view",
+              delta(view(s5, "file"), v4, "refused") == 2, view(s5, "file"))
+        check(f"{label}: ... and in the total",
+              delta(s5["total"], s4["total"], "refused") == 3, s5["total"])
+        refused = [r["path"] for r in s5["refusals"]]
+        check(f"{label}: the refusals are listed newest first, with reasons",
+              refused[:3] == ["uniform/seed0/k=0", "file/X/data/999999", "file/no_such_array"] and
+              all(r["reason"] for r in s5["refusals"]), s5["refusals"])
+
+        check_snapshots_and_cli(point, label)
+
+
+def check_walk(path, h5, label):
+    """A subsample: its per-cell arrays are walked (gathered whole in one
+    pass) at their first chunk. codec=none: no chunk is encoded ahead, so
+    exactly the chunks read are made."""
+    column = a_column(h5)
+    key = "uniform/seed0/k=30"
+    with mounted(path, f"chunk_size={CHUNK_BYTES}", "codec=none") as point:
+        root = os.path.join(point, key)
+        os.listdir(root)
+        read_file(os.path.join(root, ".zmetadata"))
+        grid = json.loads(read_file(os.path.join(root, column, ".zarray")))
+        s1 = stats(point)
+        v1 = view(s1, key)
+        check(f"{label}: opening {key} synthesizes no chunk and reads nothing for its files",
+              v1["chunksSynthesized"] == 0 and v1["source"]["chunksDecoded"] == 0 and
+              v1["source"]["bytesRead"] == 0, v1)
+        read_file(os.path.join(root, column, "0"))
+        s2 = stats(point)
+        v2 = view(s2, key)
+        read_file(os.path.join(root, column, "1"))
+        s3 = stats(point)
+        v3 = view(s3, key)
+        # The view's cells, from a chunk that reads no source.
+        positions = np.concatenate([
+            np.frombuffer(read_file(os.path.join(root, "obs/cellucid_original_position", str(c))),
+                          dtype="<u4")
+            for c in range(-(-30 // json.loads(read_file(os.path.join(
+                root, "obs/cellucid_original_position/.zarray")))["chunks"][0]))])[:30]
+        chunks, stored = source_cost(h5, column, [int(p) for p in positions])
+        check(f"{label}: {column} has several chunks in {key} (walked)",
+              grid["shape"][0] > grid["chunks"][0], grid)
+        check(f"{label}: its first chunk synthesizes one chunk",
+              delta(v2, v1, "chunksSynthesized") == 1, (v1, v2))
+        check(f"{label}: ... and the walk reads the source chunks of the view's cells "
+              f"({chunks}, {stored} bytes)",
+              delta(v2, v1, "source", "chunksDecoded") == chunks and
+              delta(v2, v1, "source", "bytesRead") == stored, (v1["source"], v2["source"]))
+        check(f"{label}: its next chunk is cut from the walk: one made, no source read",
+              delta(v3, v2, "chunksSynthesized") == 1 and
+              delta(v3, v2, "source", "chunksDecoded") == 0 and
+              delta(v3, v2, "source", "bytesRead") == 0, (v2, v3))
+        walks = [w for w in s3["recentWorks"] if w["view"] == key and
+                 w["what"] == f"reading /{column}"]
+        check(f"{label}: the walk is listed as a finished work, done = total",
+              len(walks) == 1 and walks[0]["done"] == walks[0]["total"] and
+              walks[0]["unit"] in ("chunks", "pieces") and "secondsLeft" not in walks[0],
+              s3["recentWorks"])
+        check(f"{label}: nothing is in progress once reads are done",
+              s3["works"] == [], s3["works"])
+        s4 = stats(point)
+        reread_from_daemon(os.path.join(root, column, "0"))
+        s5 = stats(point)
+        check(f"{label}: the walked chunk read again is a cache hit",
+              delta(view(s5, key), view(s4, key), "cache", "hits") == 1 and
+              delta(view(s5, key), view(s4, key), "chunksSynthesized") == 0, (view(s4, key), view(s5, key)))
+
+
+def check_snapshots_and_cli(point, label):
+    a, b = stats(point), stats(point)
+    check(f"{label}: every open of stats.json is a new snapshot", b["snapshot"] > a["snapshot"],
+          (a["snapshot"], b["snapshot"]))
+    check(f"{label}: the total adds up the views and paths outside them",
+          b["total"]["lookups"] == b["outsideViews"]["lookups"] +
+          sum(v["lookups"] for v in b["views"].values()) and
+          b["total"]["cache"]["hits"] == sum(v["cache"]["hits"] for v in b["views"].values()),
+          b)
+    for _ in range(3):
+        done = subprocess.run(["cat", os.path.join(point, ".zarrmount/stats.json")],
+                              capture_output=True)
+        try:
+            json.loads(done.stdout)
+            ok = done.returncode == 0
+        except ValueError as e:
+            ok = e
+        check(f"{label}: cat stats.json gives complete JSON", ok is True, ok)
+    with open(os.path.join(point, ".zarrmount/stats.json")) as f:
+        check(f"{label}: Python's open().read() gives complete JSON",
+              isinstance(json.loads(f.read()), dict))
+    check(f"{label}: .zarrmount lists stats.json",
+          sorted(os.listdir(os.path.join(point, ".zarrmount"))) == ["info.json", "stats.json"])
+
+    done = subprocess.run([BINARY, "stats", point, "--json"], capture_output=True, text=True)
+    got = json.loads(done.stdout) if done.returncode == 0 else {}
+    now = stats(point)
+    same = (done.returncode == 0 and set(got) == set(now) and set(got["views"]) == set(now["views"]) and
+            all(got["views"][k] == now["views"][k] for k in got["views"]))
+    check(f"{label}: zarrmount stats --json is stats.json", same, done.stderr or (got, now))
+    done = subprocess.run([BINARY, "stats", point], capture_output=True, text=True)
+    lines = done.stdout.splitlines()
+    check(f"{label}: zarrmount stats prints a table of every view and the total",
+          done.returncode == 0 and any(l.startswith("VIEW") for l in lines) and
+          all(any(l.split()[:1] == [k] for l in lines) for k in now["views"]) and
+          any(l.startswith("total ") for l in lines) and
+          any(l.startswith("(outside views)") for l in lines), done.stdout + done.stderr)
+
+    watcher = subprocess.Popen([BINARY, "stats", point, "--watch"], stdout=subprocess.PIPE)
+    try:
+        frames, text = 0, b""
+        while frames < 2:
+            line = watcher.stdout.readline()
+            if not line:
+                break
+            text += line
+            frames += line.startswith(b"Work in progress")
+        watcher.send_signal(signal.SIGINT)
+        rest = watcher.stdout.read()
+        code = watcher.wait()
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    check(f"{label}: zarrmount stats --watch redraws, and Ctrl-C ends it cleanly",
+          frames == 2 and text.count(b"\033[H\033[2J") >= 2 and code == 0, (frames, code, rest[-200:]))
+
+
+def check_cli_refusals():
+    done = subprocess.run([BINARY, "stats"], capture_output=True, text=True)
+    check("zarrmount stats without a mount point: exit 2 and a reason",
+          done.returncode == 2 and "MOUNTPOINT" in done.stderr, done.stderr)
+    with tempfile.TemporaryDirectory() as empty:
+        done = subprocess.run([BINARY, "stats", empty], capture_output=True, text=True)
+        check("zarrmount stats on a directory that is no mount: exit 1, saying so",
+              done.returncode == 1 and "not a zarrmount mount" in done.stderr, done.stderr)
+
+
+def main():
+    for path in SOURCES:
+        label = os.path.relpath(path, ROOT)
+        with h5py.File(path, "r") as h5:
+            for test in (check_file_view, check_walk):
+                try:
+                    test(path, h5, label)
+                except Exception:  # noqa: BLE001
+                    check(f"{label}: {test.__name__}", False, traceback.format_exc(limit=4))
+    check_cli_refusals()
+    print(f"1..{len(results)}")
+    for i, (ok, name, detail) in enumerate(results, 1):
+        print(f"{'ok' if ok else 'not ok'} {i} - {name}")
+        if not ok:
+            for line in str(detail).strip().splitlines()[-8:]:
+                print(f"# {line}")
+    return 0 if all(ok for ok, _, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
