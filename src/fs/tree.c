@@ -268,12 +268,15 @@ static int parse_seed_and_size(zm_tree *t, const char *p, const char *prefix, ta
         zm_err_clear(&why);
         if (zm_size_from_text(text, share ? ZM_SHARE_FRACTION : ZM_SHARE_PERCENT, n_obs, &k, &why) != 0)
             return zm_err_set(err, -ENOENT, "%.*s: %s", (int)n, part, why.reason);
-        if (*p != '\0')
-            return zm_err_set(err, -ENOENT, "%.*s is a link to a k= directory: look inside that",
-                              (int)n, part);
-        out->kind = T_LINK;
         snprintf(out->link, sizeof out->link, "k=%" PRIu64, k);
-        return 0;
+        if (*p == '\0') {
+            out->kind = T_LINK;
+            return 0;
+        }
+        /* A path through the link (the kernel follows links itself; explain
+         * gets them whole): the k= view it names. */
+        out->spec.k = k;
+        goto view;
     }
     if (n < 3 || strncmp(part, "k=", 2))
         return zm_err_set(err, -ENOENT, "%.*s: expected k=<K>, share=<fraction> or pct=<percent>",
@@ -284,6 +287,7 @@ static int parse_seed_and_size(zm_tree *t, const char *p, const char *prefix, ta
     if (out->spec.k == 0)
         return zm_err_set(err, -ENOENT, "%.*s: k = 0 is refused: a subsample keeps at least one cell",
                           (int)n, part);
+view:
     out->kind = T_VIEW;
     out->rest = p;
     int length = snprintf(out->key, sizeof out->key, "%s/seed%u/k=%" PRIu64, prefix,

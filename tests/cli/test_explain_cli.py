@@ -130,6 +130,12 @@ def main():
     check("pct= is a link to k=15 with the size rule",
           code == 0 and told.get("kind") == "link" and told.get("target") == "k=15" and "sizeRule" in told
           and told.get("k") == 15, out)
+    # A path through a link is the k= view it names.
+    code, out, _ = explain("stratified/cell_type/seed1/pct=25/X/data", "--json")
+    told = json.loads(out) if code == 0 else {}
+    check("a path through a link is inside the view it names",
+          code == 0 and told.get("view") == "stratified/cell_type/proportional/min=0/seed1/k=15"
+          and told.get("inside") == "X/data", out)
     # Inside a view, and directories.
     code, out, _ = explain("blocks/seed0/k=10/X/data", "--json")
     told = json.loads(out) if code == 0 else {}
