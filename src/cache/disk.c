@@ -49,6 +49,11 @@ struct zm_disk {
     char *directory;     /* DIRECTORY */
     uint64_t capacity;
     pthread_mutex_t lock;
+    /* Puts one at a time: checking the bound, evicting and writing are one
+     * step, or two threads could each make room for one entry and write
+     * two. (Other processes sharing the directory can pass the bound by
+     * what they are writing, until their next put evicts.) */
+    pthread_mutex_t put_lock;
     uint64_t bytes_held; /* what this process knows of (scanned at open, then kept) */
     uint64_t entries;
     _Atomic uint64_t hits, misses, writes, evictions, damaged;
@@ -142,6 +147,8 @@ int zm_disk_open(const char *directory, uint64_t max_bytes, zm_disk **out, zm_er
     zm_disk *disk = calloc(1, sizeof *disk);
     if (disk == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory");
+    pthread_mutex_init(&disk->lock, NULL);
+    pthread_mutex_init(&disk->put_lock, NULL);
     disk->directory = strdup(directory);
     size_t length = strlen(directory) + 16;
     disk->root = malloc(length);
@@ -151,7 +158,6 @@ int zm_disk_open(const char *directory, uint64_t max_bytes, zm_disk **out, zm_er
     }
     snprintf(disk->root, length, "%s/v%d", directory, DISK_FORMAT);
     disk->capacity = max_bytes;
-    pthread_mutex_init(&disk->lock, NULL);
     int rc = make_directories(disk->root, err);
     if (rc == 0 && access(disk->root, R_OK | W_OK | X_OK) != 0)
         rc = zm_err_set(err, -errno, "cache directory %s: %s", disk->root, strerror(errno));
@@ -174,6 +180,7 @@ void zm_disk_close(zm_disk *disk)
     free(disk->root);
     free(disk->directory);
     pthread_mutex_destroy(&disk->lock);
+    pthread_mutex_destroy(&disk->put_lock);
     free(disk);
 }
 
@@ -380,8 +387,20 @@ static void evict_to(zm_disk *disk, uint64_t target)
     disk->evictions += removed;
 }
 
+static int put_locked(zm_disk *disk, const char *space, const char *key, const void *bytes,
+                      size_t size, zm_err *err);
+
 int zm_disk_put(zm_disk *disk, const char *space, const char *key, const void *bytes, size_t size,
                 zm_err *err)
+{
+    pthread_mutex_lock(&disk->put_lock);
+    int rc = put_locked(disk, space, key, bytes, size, err);
+    pthread_mutex_unlock(&disk->put_lock);
+    return rc;
+}
+
+static int put_locked(zm_disk *disk, const char *space, const char *key, const void *bytes,
+                      size_t size, zm_err *err)
 {
     size_t space_length = strlen(space), key_length = strlen(key);
     uint64_t total = sizeof(struct disk_header) + space_length + key_length + size;

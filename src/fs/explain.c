@@ -177,7 +177,7 @@ int zm_fs_explain(int argc, char **argv)
     size_t length = strlen(path);
     while (length > 0 && path[length - 1] == '/')
         path[--length] = '\0';
-    zm_tree_options options = {.source = source, .threads = 1};
+    zm_tree_options options = {.source = source, .threads = 1, .cache_dir = "none"};
     zm_tree *tree = NULL;
     int status = 0;
     int rc = zm__tree_open(&options, &tree, &err);

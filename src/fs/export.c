@@ -83,8 +83,9 @@ static int walk_directory(struct walk *w, const char *tree_path, const char *dis
 int zm_fs_export(const char *source, const char *view, const char *directory, const char *codec,
                  unsigned threads, uint64_t chunk_bytes)
 {
+    /* A one-shot copy keeps nothing on disk. */
     zm_tree_options options = {.source = source, .codec = codec, .threads = threads,
-                               .chunk_bytes = chunk_bytes};
+                               .chunk_bytes = chunk_bytes, .cache_dir = "none"};
     zm_tree *tree;
     zm_err err;
     zm_err_clear(&err);

@@ -1070,6 +1070,8 @@ static int zm__open_tree(zm__fs *fs, zm_err *err)
         .codec = config->codec,
         .chunk_bytes = config->chunk_bytes,
         .cache_bytes = config->cache_bytes,
+        .cache_dir = config->cache_dir,
+        .cache_max = config->cache_max,
         .threads = config->threads,
         .progress = zm__log_progress,
         .progress_context = NULL,

@@ -16,6 +16,8 @@ typedef struct zm__parse {
     zm_err *err;
     char *codec;
     char *cache_size;
+    char *cache_dir;
+    char *cache_max;
     char *chunk_size;
     char *threads;
 } zm__parse;
@@ -39,6 +41,8 @@ enum {
 static const struct fuse_opt zm__options[] = {
     ZM__OPTION("codec=%s", codec),
     ZM__OPTION("cache_size=%s", cache_size),
+    ZM__OPTION("cache_dir=%s", cache_dir),
+    ZM__OPTION("cache_max=%s", cache_max),
     ZM__OPTION("chunk_size=%s", chunk_size),
     ZM__OPTION("threads=%s", threads),
     FUSE_OPT_KEY("-f", ZM__KEY_FOREGROUND),
@@ -202,8 +206,15 @@ static int zm__check_values(zm__parse *parse, zm_err *err)
         return rc;
     if (parse->threads && (rc = zm__parse_threads(parse->threads, &config->threads, err)))
         return rc;
+    if (parse->cache_max &&
+        (rc = zm__parse_size("cache_max", parse->cache_max, &config->cache_max, err)))
+        return rc;
+    if (parse->cache_dir && parse->cache_dir[0] == '\0')
+        return zm_err_set(err, -EINVAL, "cache_dir= needs a directory (or none)");
     config->codec = parse->codec;
     parse->codec = NULL;
+    config->cache_dir = parse->cache_dir;
+    parse->cache_dir = NULL;
     return 0;
 }
 
@@ -233,6 +244,8 @@ int zm__fs_config_parse(int argc, char **argv, zm__fs_config *config, zm_err *er
     }
     free(parse.codec);
     free(parse.cache_size);
+    free(parse.cache_dir);
+    free(parse.cache_max);
     free(parse.chunk_size);
     free(parse.threads);
     return rc;
@@ -315,6 +328,7 @@ void zm__fs_config_free(zm__fs_config *config)
     free(config->source);
     free(config->mountpoint);
     free(config->codec);
+    free(config->cache_dir);
     fuse_opt_free_args(&config->fuse_args);
     memset(config, 0, sizeof *config);
 }
@@ -338,6 +352,10 @@ void zm__fs_print_help(FILE *out, const char *program)
             "                      compresses counts well; zarr's own default codec family)\n"
             "  -o chunk_size=SIZE  raw bytes a chunk aims at (default 1M)\n"
             "  -o cache_size=SIZE  memory kept for synthesized files (default 512M)\n"
+            "  -o cache_dir=DIR    where chunks of walked views are kept across mounts\n"
+            "                      (default $XDG_CACHE_HOME/zarrmount or /var/tmp/zarrmount;\n"
+            "                      none: keep nothing on disk)\n"
+            "  -o cache_max=SIZE   the most that directory holds (default 4G)\n"
             "  -o threads=N        threads that read and encode chunks, 1 to %u\n"
             "                      (default: one per core)\n"
             "  -o allow_other      let every user read the mount; files then carry SOURCE's\n"

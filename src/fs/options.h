@@ -23,6 +23,8 @@ typedef struct zm__fs_config {
     char *mountpoint;       /* likewise */
     char *codec;            /* NULL: the default (blosc:zstd:1, byte shuffle) */
     uint64_t cache_bytes;   /* 0: the tree's default (512 MiB) */
+    char *cache_dir;        /* the disk cache; NULL: the default; "none": off */
+    uint64_t cache_max;     /* its bound; 0: the default (4 GiB) */
     uint64_t chunk_bytes;   /* 0: the tree's default (1 MiB) */
     unsigned threads;       /* decode threads; 0: one per core */
     int foreground;         /* -f (and -d) */

@@ -2,9 +2,12 @@
  * each an AnnData Zarr store whose files are made when read, and
  * .zarrmount/info.json. No FUSE here: fuse.c serves these calls. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +15,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
+#include "fs/log.h"
 #include "fs/tree.h"
 #include "zarrmount/cache.h"
 #include "zarrmount/source.h"
@@ -70,6 +75,20 @@ struct zm_tree {
     char *source_path;
     zm_source *source;
     zm_source_identity identity;
+    /* Chunks of walked views kept across mounts, filed under the source's
+     * identity (NULL: off, or the directory could not be used). */
+    zm_disk *disk;
+    char disk_space[160];
+    _Atomic int disk_failed; /* a write failed: said once in the log */
+    /* Entries go to disk from a queue, by a thread that runs only when a
+     * core is idle: a walk is never slowed by filing what it made. */
+    pthread_mutex_t disk_mutex;
+    pthread_cond_t disk_wake;
+    struct disk_job *disk_head, *disk_tail;
+    uint64_t disk_queued;
+    int disk_stop;
+    int disk_writing;
+    pthread_t disk_writer;
     zm_codec codec;
     uint64_t chunk_bytes;
     zm_block_size b0;
@@ -734,9 +753,12 @@ struct make_context {
     zm_view *view;
     const place *where;
     view_stats *stats;
+    const char *key; /* the file's cache key, as text */
 };
 
 static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err);
+static int make_chunk(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err);
+static void queue_for_disk(zm_tree *t, const char *key, const uint8_t *bytes, size_t size);
 
 /* Makes a file's bytes (the cache's loader), counted for its view: what it
  * reads from the source (on this thread and on the pool's for it) too. */
@@ -770,6 +792,121 @@ static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size
                     size, err);
     }
     case F_CHUNK: {
+        /* A chunk of a walked array is worth keeping across mounts: making
+         * it again means walking the whole array. */
+        zm_tree *t = c->tree;
+        char disk_key[2048] = "";
+        if (t->disk != NULL && zm_synth_walks(c->view, w->node)) {
+            char codec[64];
+            zm_codec_format(&t->codec, codec, sizeof codec);
+            snprintf(disk_key, sizeof disk_key, "%s|codec=%s|blocksize=%d|chunk=%" PRIu64, c->key,
+                     codec, t->codec.blocksize, t->chunk_bytes);
+            zm_err miss;
+            zm_err_clear(&miss);
+            if (zm_disk_get(t->disk, t->disk_space, disk_key, bytes, size, &miss) == 0)
+                return 0;
+        }
+        int rc = make_chunk(c, bytes, size, err);
+        if (rc == 0 && disk_key[0])
+            queue_for_disk(t, disk_key, *bytes, *size);
+        return rc;
+    }
+    default:
+        return zm_err_set(err, -EISDIR, "not a file");
+    }
+}
+
+/* ---- The disk writer ------------------------------------------------------------- */
+
+struct disk_job {
+    struct disk_job *next;
+    char *key;
+    uint8_t *bytes;
+    size_t size;
+};
+
+/* What may wait in memory to be filed; past it, a chunk is not filed (it
+ * is made again by a later mount that needs it). */
+#define DISK_QUEUE_BYTES ((uint64_t)256 << 20)
+
+static void queue_for_disk(zm_tree *t, const char *key, const uint8_t *bytes, size_t size)
+{
+    struct disk_job *job = malloc(sizeof *job);
+    char *copy = strdup(key);
+    uint8_t *data = malloc(size ? size : 1);
+    pthread_mutex_lock(&t->disk_mutex);
+    int room = !t->disk_stop && t->disk_writing && t->disk_queued + size <= DISK_QUEUE_BYTES;
+    if (room && job && copy && data) {
+        memcpy(data, bytes, size);
+        *job = (struct disk_job){NULL, copy, data, size};
+        if (t->disk_tail)
+            t->disk_tail->next = job;
+        else
+            t->disk_head = job;
+        t->disk_tail = job;
+        t->disk_queued += size;
+        job = NULL;
+        copy = NULL;
+        data = NULL;
+        pthread_cond_signal(&t->disk_wake);
+    }
+    pthread_mutex_unlock(&t->disk_mutex);
+    free(job);
+    free(copy);
+    free(data);
+}
+
+static void *disk_writer(void *context)
+{
+    zm_tree *t = context;
+    /* Idle priority: only when nothing else wants a core. */
+    struct sched_param idle = {0};
+    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+    pthread_mutex_lock(&t->disk_mutex);
+    for (;;) {
+        while (t->disk_head == NULL && !t->disk_stop)
+            pthread_cond_wait(&t->disk_wake, &t->disk_mutex);
+        struct disk_job *job = t->disk_head;
+        if (job == NULL)
+            break; /* stopping, and everything queued is filed */
+        t->disk_head = job->next;
+        if (t->disk_head == NULL)
+            t->disk_tail = NULL;
+        pthread_mutex_unlock(&t->disk_mutex);
+        zm_err why;
+        zm_err_clear(&why);
+        if (zm_disk_put(t->disk, t->disk_space, job->key, job->bytes, job->size, &why) != 0 &&
+            atomic_exchange(&t->disk_failed, 1) == 0)
+            zm__log(LOG_WARNING, "the disk cache could not keep a chunk (%s): serving goes on "
+                    "from memory and the source", why.reason);
+        pthread_mutex_lock(&t->disk_mutex);
+        t->disk_queued -= job->size;
+        free(job->key);
+        free(job->bytes);
+        free(job);
+    }
+    pthread_mutex_unlock(&t->disk_mutex);
+    return NULL;
+}
+
+/* Files what is queued, then stops the writer. */
+static void stop_disk_writer(zm_tree *t)
+{
+    pthread_mutex_lock(&t->disk_mutex);
+    int writing = t->disk_writing;
+    t->disk_stop = 1;
+    pthread_cond_broadcast(&t->disk_wake);
+    pthread_mutex_unlock(&t->disk_mutex);
+    if (writing)
+        pthread_join(t->disk_writer, NULL);
+    t->disk_writing = 0;
+}
+
+/* A chunk's bytes: synthesized, then encoded with the mount's codec. */
+static int make_chunk(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err)
+{
+    const place *w = c->where;
+    {
         uint8_t *raw;
         size_t raw_size, typesize;
         int borrowed = 0;
@@ -789,9 +926,6 @@ static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size
         if (!borrowed)
             free(raw);
         return rc;
-    }
-    default:
-        return zm_err_set(err, -EISDIR, "not a file");
     }
 }
 
@@ -817,8 +951,22 @@ static int known_size(zm_tree *t, const place *w, uint64_t *size)
  * Chunks whose values depend on the whole kept set (graphs and CSC matrices
  * renumbered over the kept cells, dense obsp) and the last, padded chunk
  * are keyed by their path. */
+static void file_key_text(zm_view *view, const char *full_path, const place *w, char *key,
+                          size_t size);
+
 static uint64_t file_key(zm_view *view, const char *full_path, const place *w)
 {
+    char key[1600];
+    file_key_text(view, full_path, w, key, sizeof key);
+    return path_key(key);
+}
+
+/* The key as text: the path, or for a nested chunk the seed, settings and
+ * chunk without k. */
+static void file_key_text(zm_view *view, const char *full_path, const place *w, char *key,
+                          size_t size)
+{
+    snprintf(key, size, "%s", full_path);
     const zm_store_node *n = w->node;
     const zm_view_spec *spec = zm_view_get_spec(view);
     /* stratified and spatial views are not nested: their allocation
@@ -826,7 +974,7 @@ static uint64_t file_key(zm_view *view, const char *full_path, const place *w)
     if (w->file != F_CHUNK || spec->kind == ZM_VIEW_FILE || spec->kind == ZM_VIEW_STRATIFIED ||
         spec->kind == ZM_VIEW_SPATIAL || n->meta.rank == 0 || n->cell_columns ||
         (w->coords[0] + 1) * n->meta.chunks[0] > n->meta.shape[0])
-        return path_key(full_path);
+        return;
     if (n->producer == ZM_PRODUCE_ENTRIES || n->producer == ZM_PRODUCE_INDPTR) {
         /* Only a matrix whose rows are the cells and whose columns are not:
          * a CSC matrix's pointers count the kept cells of each gene. */
@@ -834,25 +982,26 @@ static uint64_t file_key(zm_view *view, const char *full_path, const place *w)
         zm_err err;
         if (zm_view_sparse_get(view, n->sparse, &s, &err) != 0 || !s.per_cell_rows ||
             s.per_cell_columns)
-            return path_key(full_path);
+            return;
     }
-    char key[1600], chunk[ZM_ZARR_CHUNK_KEY_MAX];
+    char chunk[ZM_ZARR_CHUNK_KEY_MAX];
     zm_zarr_chunk_key(n->meta.rank, w->coords, chunk, sizeof chunk);
-    size_t at = (size_t)snprintf(key, sizeof key, "nested|%s|%u|%" PRIu64 "|%s|%s|",
+    size_t at = (size_t)snprintf(key, size, "nested|%s|%u|%" PRIu64 "|%s|%s|",
                                  spec->kind == ZM_VIEW_BLOCKS ? "blocks" : "uniform",
                                  spec->kind == ZM_VIEW_FULL ? 0 : spec->seed,
                                  spec->kind == ZM_VIEW_BLOCKS ? spec->block_size : 0, w->store_path,
                                  chunk);
-    for (unsigned d = 0; d < n->meta.rank && at < sizeof key; d++)
-        at += (size_t)snprintf(key + at, sizeof key - at, "%" PRIu64 ",", n->meta.chunks[d]);
-    return path_key(key);
+    for (unsigned d = 0; d < n->meta.rank && at < size; d++)
+        at += (size_t)snprintf(key + at, size - at, "%" PRIu64 ",", n->meta.chunks[d]);
 }
 
 static int file_in_cache(zm_tree *t, zm_view *view, view_stats *vs, const char *full_path,
                          const place *w, zm_cache_ref *ref, zm_err *err)
 {
-    struct make_context c = {t, view, w, vs};
-    uint64_t key = file_key(view, full_path, w);
+    char key_text[1600];
+    file_key_text(view, full_path, w, key_text, sizeof key_text);
+    struct make_context c = {t, view, w, vs, key_text};
+    uint64_t key = path_key(key_text);
     int rc = zm_cache_get_for(t->files, key, make_file, &c, &vs->cache, ref, err);
     if (rc == 0)
         size_put(t, key, ref->size);
@@ -1342,11 +1491,22 @@ static json_t *stats_document(zm_tree *t, uint64_t serial)
     }
     pthread_mutex_unlock(&t->stats_mutex);
 
-    return json_pack("{s:s, s:s, s:I, s:f, s:o, s:o, s:o, s:o, s:o, s:o}", "version", ZM_VERSION,
+    /* The disk cache (null when off): across mounts, so it is not per view. */
+    json_t *disk = json_null();
+    if (t->disk != NULL) {
+        zm_disk_stats d;
+        zm_disk_get_stats(t->disk, &d);
+        disk = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "hits", (json_int_t)d.hits,
+                         "misses", (json_int_t)d.misses, "writes", (json_int_t)d.writes,
+                         "evictions", (json_int_t)d.evictions, "damaged", (json_int_t)d.damaged,
+                         "bytesHeld", (json_int_t)d.bytes_held, "entries", (json_int_t)d.entries,
+                         "capacityBytes", (json_int_t)d.capacity_bytes);
+    }
+    return json_pack("{s:s, s:s, s:I, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "version", ZM_VERSION,
                      "source", t->source_path, "snapshot", (json_int_t)serial, "uptimeSeconds",
                      rounded(seconds_since(&t->mounted), 1e-3), "total", sum, "views", views,
                      "outsideViews", requests_json(&outside), "works", running, "recentWorks",
-                     recent, "refusals", refused);
+                     recent, "refusals", refused, "diskCache", disk);
 }
 
 /* Takes a new snapshot of the counters as stats.json; its size to *size.
@@ -1865,6 +2025,51 @@ int zm__tree_check_source(zm_tree *t, zm_err *err)
     return 0;
 }
 
+/* The disk cache, if wanted and usable: entries filed under the source's
+ * size, modification time, inode and a hash of its first 64 KiB (the HDF5
+ * superblock and root metadata), so a changed source never meets an old
+ * entry. A directory that cannot be used is said once in the log and the
+ * mount goes on without it. */
+static void open_disk(zm_tree *t, const zm_tree_options *options)
+{
+    if (options->cache_dir != NULL && strcmp(options->cache_dir, "none") == 0)
+        return;
+    char directory[4096];
+    if (options->cache_dir != NULL)
+        snprintf(directory, sizeof directory, "%s", options->cache_dir);
+    else
+        zm_disk_default_directory(directory, sizeof directory);
+    uint8_t head[65536];
+    ssize_t got = 0;
+    int fd = open(t->source_path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        got = pread(fd, head, sizeof head, 0);
+        close(fd);
+    }
+    const zm_source_identity *id = zm_source_get_identity(t->source);
+    snprintf(t->disk_space, sizeof t->disk_space, "source|%lld|%lld|%llu|%016llx",
+             (long long)id->size, (long long)id->mtime_ns, (unsigned long long)id->inode,
+             (unsigned long long)XXH3_64bits(head, got > 0 ? (size_t)got : 0));
+    zm_err err;
+    zm_err_clear(&err);
+    if (zm_disk_open(directory, options->cache_max ? options->cache_max : (4ull << 30), &t->disk,
+                     &err) != 0) {
+        zm__log(LOG_WARNING, "no disk cache (%s): chunks are kept in memory only", err.reason);
+        t->disk = NULL;
+        return;
+    }
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &previous);
+    t->disk_writing = pthread_create(&t->disk_writer, NULL, disk_writer, t) == 0;
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    if (!t->disk_writing) {
+        zm__log(LOG_WARNING, "no disk cache (cannot start its writer): chunks are kept in memory only");
+        zm_disk_close(t->disk);
+        t->disk = NULL;
+    }
+}
+
 int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
 {
     *out = NULL;
@@ -1872,6 +2077,8 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     if (t == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&t->mutex, NULL);
+    pthread_mutex_init(&t->disk_mutex, NULL);
+    pthread_cond_init(&t->disk_wake, NULL);
     pthread_cond_init(&t->changed, NULL);
     pthread_mutex_init(&t->stats_mutex, NULL);
     clock_gettime(CLOCK_MONOTONIC, &t->mounted);
@@ -1892,6 +2099,8 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
         rc = zm_source_open(options->source, &so, &t->source, err);
     if (rc == 0)
         rc = zm_source_default_block_size(t->source, &t->b0, err);
+    if (rc == 0)
+        open_disk(t, options);
     if (rc == 0)
         rc = zm_cache_create(options->cache_bytes ? options->cache_bytes : DEFAULT_FILE_CACHE_BYTES,
                              &t->files);
@@ -1954,6 +2163,8 @@ void zm__tree_close(zm_tree *t)
         free(t->views[i].key);
     }
     zm_cache_destroy(t->files);
+    stop_disk_writer(t);
+    zm_disk_close(t->disk);
     zm_source_close(t->source);
     free(t->sizes.keys);
     free(t->sizes.sizes);
@@ -1967,6 +2178,8 @@ void zm__tree_close(zm_tree *t)
     pthread_mutex_destroy(&t->stats_mutex);
     free(t->source_path);
     pthread_mutex_destroy(&t->mutex);
+    pthread_mutex_destroy(&t->disk_mutex);
+    pthread_cond_destroy(&t->disk_wake);
     pthread_cond_destroy(&t->changed);
     free(t);
 }

@@ -22,6 +22,9 @@ typedef struct zm_tree_options {
     uint64_t chunk_bytes;        /* raw bytes a chunk aims at; 0: 1 MiB */
     uint64_t cache_bytes;        /* synthesized chunks kept; 0: the default */
     unsigned threads;            /* decode threads; 0: one per core */
+    const char *cache_dir;       /* chunks of walked views kept across mounts: NULL for the
+                                  * default directory, "none" for no disk cache */
+    uint64_t cache_max;          /* the disk cache's bound; 0: 4 GiB */
     /* Long work (a walk, encoding ahead) is told here every few seconds
      * while it runs: one line with its percent, rate and time left. NULL:
      * not told (it still shows in .zarrmount/stats.json). */

@@ -5,6 +5,8 @@
 set -u
 parent=$(mktemp -d /tmp/zm-mounts.XXXXXX)
 export ZM_MOUNT_PARENT="$parent"
+# The mounts' disk cache (by default under $XDG_CACHE_HOME) stays in here too.
+export XDG_CACHE_HOME="$parent/cache"
 cleanup() {
     for point in $(awk -v p="$parent/" '$3 ~ /^fuse/ && index($2, p) == 1 {print $2}' /proc/mounts); do
         fusermount3 -u "$point" 2>/dev/null || fusermount3 -u -z "$point" 2>/dev/null

@@ -270,6 +270,84 @@ def check_methods(path):
                   told.returncode == 2 and "does not exist: " in told.stdout, told.stdout + told.stderr)
 
 
+def files_under(root):
+    out = []
+    for directory, _, files in os.walk(root):
+        out += [os.path.join(directory, f) for f in files]
+    return out
+
+
+def stats_of(point):
+    with open(os.path.join(point, ".zarrmount", "stats.json")) as f:
+        return json.load(f)
+
+
+def disk_cache():
+    """Chunks of walked views kept across mounts: a remount serves them from
+    the disk (the same bytes, fewer source reads); damaged entries are
+    removed and rebuilt, never served; a changed source never reuses the old
+    entries; the bound holds; cache_dir=none keeps nothing."""
+    source = os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad")
+    scratch = tempfile.mkdtemp(prefix="zm-disk-")
+    view = "uniform/seed3/k=40"
+    try:
+        cache = os.path.join(scratch, "cache")
+        options = (f"cache_dir={cache}", "chunk_size=256")
+        with mounted(source, *options) as point:
+            first = tree_digest(os.path.join(point, view))
+            read_first = stats_of(point)["total"]["source"]["chunksDecoded"]
+        entries = [f for f in files_under(cache) if f.endswith(".entry")]
+        check("disk cache: a walk files its chunks", len(entries) > 10, str(len(entries)))
+        with mounted(source, *options) as point:
+            again = tree_digest(os.path.join(point, view))
+            stats = stats_of(point)
+            read_again = stats["total"]["source"]["chunksDecoded"]
+        check("disk cache: a remount serves the same bytes", again == first)
+        check("disk cache: ... reading fewer source chunks", read_again < read_first and stats["diskCache"]["hits"] > 10,
+              f"{read_again} vs {read_first}; {stats['diskCache']}")
+        # Damage every entry: each is found out, removed and rebuilt.
+        for path in entries:
+            with open(path, "r+b") as f:
+                f.seek(-1, os.SEEK_END)
+                last = f.read(1)
+                f.seek(-1, os.SEEK_END)
+                f.write(bytes([last[0] ^ 0x20]))
+        with mounted(source, *options) as point:
+            repaired = tree_digest(os.path.join(point, view))
+            damaged = stats_of(point)["diskCache"]["damaged"]
+        check("disk cache: damaged entries are never served", repaired == first)
+        check("disk cache: ... and are counted and rebuilt", damaged >= len(entries) and
+              len([f for f in files_under(cache) if f.endswith(".entry")]) >= len(entries), str(damaged))
+        # A changed source (a copy, then its time changed) files apart.
+        copy = os.path.join(scratch, "copy.h5ad")
+        shutil.copy(source, copy)
+        with mounted(copy, *options) as point:
+            tree_digest(os.path.join(point, view))
+        spaces = set(os.listdir(os.path.join(cache, "v1")))
+        os.utime(copy, (1, 1))
+        with mounted(copy, *options) as point:
+            changed = tree_digest(os.path.join(point, view))
+            hits = stats_of(point)["diskCache"]["hits"]
+        check("disk cache: a changed source never reuses the old entries",
+              changed == first and hits == 0 and len(set(os.listdir(os.path.join(cache, "v1")))) == len(spaces) + 1,
+              f"hits {hits}")
+        # The bound holds.
+        small = os.path.join(scratch, "small")
+        with mounted(source, f"cache_dir={small}", "cache_max=16K", "chunk_size=256") as point:
+            tree_digest(os.path.join(point, "full"))
+        held = sum(os.path.getsize(f) for f in files_under(small))
+        check("disk cache: the bound holds", 0 < held <= 16 * 1024, str(held))
+        # none keeps nothing.
+        with mounted(source, "cache_dir=none", "chunk_size=256") as point:
+            tree_digest(os.path.join(point, view))
+            off = stats_of(point)["diskCache"]
+        check("disk cache: cache_dir=none keeps nothing", off is None, str(off))
+    except Exception:  # noqa: BLE001
+        check("disk cache", False, traceback.format_exc(limit=3))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def copy_and_identity():
     source = os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad")
     info, _ = views.views_for(source)
@@ -324,6 +402,7 @@ def main():
             check(f"{path}: stratified and spatial views", False, traceback.format_exc(limit=3))
     if not os.environ.get("ZM_ONLY"):
         copy_and_identity()
+        disk_cache()
     print(f"1..{len(results)}")
     for i, (ok, label, detail) in enumerate(results, 1):
         print(f"{'ok' if ok else 'not ok'} {i} - {label}")
