@@ -757,6 +757,16 @@ struct make_context {
 };
 
 static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err);
+
+/* Whether an array's chunks are worth keeping across mounts: those cut
+ * from a walk (making one again means walking the whole array), and per-cell
+ * strings of a reordered view (read whole through HDF5, on one core). */
+static int kept_on_disk(const zm_view *view, const zm_store_node *node)
+{
+    return zm_synth_walks(view, node) ||
+           (node->producer == ZM_PRODUCE_CELL_STRINGS && !zm_view_is_identity(view) &&
+            node->meta.rank > 0);
+}
 static int make_chunk(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err);
 static void queue_for_disk(zm_tree *t, const char *key, const uint8_t *bytes, size_t size);
 
@@ -796,7 +806,7 @@ static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size
          * it again means walking the whole array. */
         zm_tree *t = c->tree;
         char disk_key[2048] = "";
-        if (t->disk != NULL && zm_synth_walks(c->view, w->node)) {
+        if (t->disk != NULL && kept_on_disk(c->view, w->node)) {
             char codec[64];
             zm_codec_format(&t->codec, codec, sizeof codec);
             snprintf(disk_key, sizeof disk_key, "%s|codec=%s|blocksize=%d|chunk=%" PRIu64, c->key,
@@ -1152,10 +1162,13 @@ static void start_ahead(zm_tree *t, const char *key, const place *w)
         chunks *= node->grid[d];
         raw *= node->meta.shape[d];
     }
-    /* Only arrays made by a walk, and only what the cache can hold encoded
-     * (taken as half the raw size, a low estimate of what the codecs give
-     * on single-cell values); a larger array is encoded as it is read. */
-    if (t->closing || t->codec.kind == ZM_CODEC_NONE || node->walk == NULL || chunks < 4 ||
+    /* Only arrays made by a walk (or, with a disk cache, filed by one: its
+     * chunks are then read from the disk ahead of the reader), and only
+     * what the cache can hold encoded (taken as half the raw size, a low
+     * estimate of what the codecs give on single-cell values); a larger
+     * array is encoded as it is read. */
+    if (t->closing || t->codec.kind == ZM_CODEC_NONE || (node->walk == NULL && t->disk == NULL) ||
+        chunks < 4 ||
         raw / 2 > t->cache_bytes)
         return;
     pthread_mutex_lock(&t->mutex);
@@ -1261,7 +1274,8 @@ static int with_file(zm_tree *t, zm_view *view, view_stats *vs, const char *full
     if (key[0])
         start_next_walk_early(t, view, key, w);
     int rc = file_in_cache(t, view, vs, full_path, w, ref, err);
-    if (rc == 0 && key[0] && w->node->walk != NULL)
+    if (rc == 0 && key[0] &&
+        (w->node->walk != NULL || (t->disk != NULL && kept_on_disk(view, w->node))))
         start_ahead(t, key, w);
     return rc;
 }
