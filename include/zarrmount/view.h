@@ -152,6 +152,8 @@ uint64_t zm_view_rows(const zm_view *view);
 const uint32_t *zm_view_order(const zm_view *view);
 zm_source *zm_view_source(const zm_view *view);
 const zm_view_spec *zm_view_get_spec(const zm_view *view);
+/* A kind's method name as paths and .zattrs spell it ("full", "uniform", ...). */
+const char *zm_view_kind_name(zm_view_kind kind);
 /* Whether the view's rows are the source's in file order (file/). */
 int zm_view_is_identity(const zm_view *view);
 /* The cell set digest of the view's cells. */

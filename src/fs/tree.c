@@ -2200,12 +2200,6 @@ void zm__tree_close(zm_tree *t)
 
 /* ---- explain ---------------------------------------------------------------------- */
 
-static const char *method_of(zm_view_kind kind)
-{
-    static const char *const names[] = {"full", "file", "uniform", "blocks", "stratified", "spatial"};
-    return names[kind];
-}
-
 /* The obs index names of count source rows (any order), or NULL. */
 static json_t *cell_names(zm_tree *t, const uint32_t *rows, size_t count)
 {
@@ -2267,7 +2261,7 @@ static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
     const zm_view_spec *spec = &tg->spec;
     uint64_t n = zm_source_n_obs(t->source);
     json_object_set_new(out, "view", json_string(tg->key));
-    json_object_set_new(out, "method", json_string(method_of(spec->kind)));
+    json_object_set_new(out, "method", json_string(zm_view_kind_name(spec->kind)));
     json_object_set_new(out, "nObs", json_integer((json_int_t)n));
     if (tg->rest[0])
         json_object_set_new(out, "inside", json_string(tg->rest));
@@ -2436,7 +2430,7 @@ int zm__tree_explain(zm_tree *t, const char *path, json_t **out, zm_err *err)
         json_object_set_new(e, "kind", json_string("directory"));
         json_object_set_new(e, "holds", json_string(what[tg.kind]));
         if (tg.kind != T_ROOT && tg.kind != T_INFO_DIR && tg.kind != T_INFO_FILE)
-            json_object_set_new(e, "method", json_string(method_of(tg.spec.kind)));
+            json_object_set_new(e, "method", json_string(zm_view_kind_name(tg.spec.kind)));
         break;
     }
     if (rc != 0) {

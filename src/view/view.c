@@ -791,7 +791,7 @@ static zm_store_node *group_child(zm_store_node *parent, const char *name)
     return c;
 }
 
-static const char *kind_name(zm_view_kind kind)
+const char *zm_view_kind_name(zm_view_kind kind)
 {
     static const char *const names[] = {"full", "file", "uniform", "blocks", "stratified", "spatial"};
     return names[kind];
@@ -826,7 +826,7 @@ static int build_store(zm_view *view, zm_err *err)
     }
 
     /* The root says what the store is, so a copy still says it. */
-    json_t *v = json_pack("{s:s, s:I, s:I, s:I, s:s}", "method", kind_name(view->spec.kind), "nObs",
+    json_t *v = json_pack("{s:s, s:I, s:I, s:I, s:s}", "method", zm_view_kind_name(view->spec.kind), "nObs",
                           (json_int_t)zm_source_n_obs(view->source), "k", (json_int_t)view->rows,
                           "seed", (json_int_t)(view->spec.kind == ZM_VIEW_FILE ? 0 : view->spec.seed),
                           "digest", view->digest);
