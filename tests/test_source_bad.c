@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "zarrmount/source.h"
+#include "zarrmount/view.h"
 
 static void bad_path(const char *name, char *out, size_t size)
 {
@@ -111,13 +112,60 @@ Test(bad, not_single_cell)
 {
     expect_open_fails("not-single-cell.h5", "not an AnnData .h5ad", "loom");
 }
+/* Opens fine (a source is opened without reading its pointers), but every
+ * view that uses the damaged pointers is refused with the reason: the whole
+ * file's views always; a subsample exactly when it keeps the damaged row. */
+static void expect_view_fails(const char *name, uint64_t bad_row, const char *needle,
+                              const char *subsample_needle)
+{
+    char path[4096];
+    bad_path(name, path, sizeof path);
+    zm_source *s;
+    zm_err err;
+    zm_err_clear(&err);
+    cr_assert_eq(zm_source_open(path, NULL, &s, &err), 0, "%s: %s", name, err.reason);
+    zm_view_kind whole[] = {ZM_VIEW_FULL, ZM_VIEW_FILE};
+    for (int i = 0; i < 2; i++) {
+        zm_view_spec spec = {.kind = whole[i], .k = 1};
+        zm_view *view = NULL;
+        zm_err_clear(&err);
+        cr_expect_eq(zm_view_create(s, &spec, 1 << 20, &view, &err), -EIO, "%s: a whole view", name);
+        cr_expect_null(view);
+        cr_expect(strstr(err.reason, needle) != NULL, "%s: reason \"%s\" lacks \"%s\"", name,
+                  err.reason, needle);
+    }
+    int refused = 0, served = 0;
+    for (uint32_t seed = 0; seed < 12; seed++) {
+        zm_view_spec spec = {.kind = ZM_VIEW_UNIFORM, .seed = seed, .k = 30};
+        zm_view *view = NULL;
+        zm_err_clear(&err);
+        int rc = zm_view_create(s, &spec, 1 << 20, &view, &err);
+        if (rc == 0) {
+            const uint32_t *order = zm_view_order(view);
+            for (uint64_t r = 0; r < zm_view_rows(view); r++)
+                cr_expect_neq(order[r], bad_row, "%s: seed %u keeps the damaged row, served", name, seed);
+            zm_view_free(view);
+            served++;
+        } else {
+            cr_expect_eq(rc, -EIO);
+            cr_expect(strstr(err.reason, subsample_needle) != NULL, "%s: reason \"%s\" lacks \"%s\"",
+                      name, err.reason, subsample_needle);
+            refused++;
+        }
+    }
+    cr_expect(refused > 0 && served > 0, "%s: %d refused, %d served", name, refused, served);
+    zm_source_close(s);
+}
+
 Test(bad, indptr_not_monotone)
 {
-    expect_open_fails("csr-indptr-not-monotone.h5ad", "X: indptr is not monotone", NULL);
+    expect_view_fails("csr-indptr-not-monotone.h5ad", 10, "X: indptr is not monotone",
+                      "X: indptr entries 10 and 11 are 125 and 112");
 }
 Test(bad, indptr_end)
 {
-    expect_open_fails("csr-indptr-end-mismatch.h5ad", "X: indptr ends at", "stored values");
+    expect_view_fails("csr-indptr-end-mismatch.h5ad", 59, "X: indptr ends at 690 but there are 683",
+                      "entries 59 and 60 are 673 and 690, not a range within the 683 stored values");
 }
 Test(bad, obs_length) { expect_open_fails("obs-length-mismatch.h5ad", "cells", "X"); }
 Test(bad, indices_out_of_range)

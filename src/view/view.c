@@ -299,6 +299,39 @@ static int read_pointers_of(zm_view *view, const zm_array *indptr, uint64_t majo
     return 0;
 }
 
+/* The source pointers a view uses, checked before anything is served from
+ * them: all of them (from 0, never decreasing, ending at the stored values)
+ * when the view reads the whole array, else each kept cell's pair
+ * (0 <= start <= end <= stored values). A source is opened without reading
+ * its pointers, so this is where a damaged indptr is refused (-EIO, as
+ * damage met by any read). */
+static int check_pointers(const zm_view *view, const zm_element *e, const zm_view_sparse *s,
+                          uint64_t source_majors, zm_err *err)
+{
+    const int64_t *p = s->source_indptr;
+    int64_t stored = (int64_t)zm_array_describe(e->values)->shape[0];
+    if (!(s->major_is_cell && s->majors < source_majors)) {
+        if (p[0] != 0)
+            return zm_err_set(err, -EIO, "%s: indptr starts at %" PRId64 ", not 0", e->path, p[0]);
+        for (uint64_t i = 1; i <= source_majors; i++)
+            if (p[i] < p[i - 1])
+                return zm_err_set(err, -EIO, "%s: indptr is not monotone (entry %" PRIu64
+                                  " is %" PRId64 " after %" PRId64 ")", e->path, i, p[i], p[i - 1]);
+        if (p[source_majors] != stored)
+            return zm_err_set(err, -EIO, "%s: indptr ends at %" PRId64 " but there are %" PRId64
+                              " stored values", e->path, p[source_majors], stored);
+        return 0;
+    }
+    for (uint64_t i = 0; i < view->rows; i++) {
+        uint64_t m = view->order[i];
+        if (p[m] < 0 || p[m + 1] < p[m] || p[m + 1] > stored)
+            return zm_err_set(err, -EIO, "%s: indptr entries %" PRIu64 " and %" PRIu64 " are %" PRId64
+                              " and %" PRId64 ", not a range within the %" PRId64 " stored values",
+                              e->path, m, m + 1, p[m], p[m + 1], stored);
+    }
+    return 0;
+}
+
 /* Lays out a sparse matrix in the view: which majors, in which order, and
  * how many entries each keeps. */
 static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **out, zm_err *err)
@@ -317,6 +350,8 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
     int rc = s->major_is_cell && s->majors < source_majors
                  ? read_pointers_of(view, e->indptr, source_majors, &s->source_indptr, err)
                  : read_int64s(view->source, e->indptr, &s->source_indptr, err);
+    if (rc == 0)
+        rc = check_pointers(view, e, s, source_majors, err);
     s->indptr = rc == 0 ? malloc((s->majors + 1) * sizeof *s->indptr) : NULL;
     if (rc == 0 && s->indptr == NULL)
         rc = zm_err_set(err, -ENOMEM, "out of memory laying out %s", e->path);
