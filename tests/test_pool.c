@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -13,6 +14,7 @@
 #include <time.h>
 
 #include "source/pool.h"
+#include "zarrmount/source.h"
 
 static void sleep_us(long us)
 {
@@ -284,4 +286,75 @@ Test(pool, destroy_waits_for_running_loops)
     pthread_join(t, NULL);
     cr_assert_eq(j.rc, 0);
     free(j.s.runs);
+}
+
+/* Work ahead of readers (a background flag set on the calling thread):
+ * workers take a reader's loop first, run background items at idle
+ * priority and ordinary ones at normal priority, and a cleared flag makes
+ * the background loop ordinary. */
+typedef struct tagged_loop {
+    pthread_t caller;
+    _Atomic unsigned by_workers; /* items run by a worker */
+    _Atomic unsigned idle_runs;  /* items run at SCHED_IDLE by a worker */
+    _Atomic unsigned normal_runs;
+    _Atomic unsigned done;
+    long delay_us;
+} tagged_loop;
+
+static int tagged_item(void *context, size_t index)
+{
+    (void)index;
+    tagged_loop *t = context;
+    if (!pthread_equal(pthread_self(), t->caller)) {
+        atomic_fetch_add(&t->by_workers, 1);
+        if (sched_getscheduler(0) == SCHED_IDLE)
+            atomic_fetch_add(&t->idle_runs, 1);
+        else
+            atomic_fetch_add(&t->normal_runs, 1);
+    }
+    sleep_us(t->delay_us);
+    atomic_fetch_add(&t->done, 1);
+    return 0;
+}
+
+typedef struct background_run {
+    zm__pool *pool;
+    tagged_loop loop;
+    size_t count;
+    _Atomic int flag;
+} background_run;
+
+static void *run_background(void *context)
+{
+    background_run *b = context;
+    b->loop.caller = pthread_self();
+    zm_source_background_set(&b->flag);
+    zm__pool_for(b->pool, b->count, tagged_item, &b->loop);
+    zm_source_background_set(NULL);
+    return NULL;
+}
+
+Test(pool, readers_loops_go_before_work_ahead)
+{
+    zm__pool *pool;
+    cr_assert_eq(zm__pool_create(2, &pool), 0);
+    background_run b = {.pool = pool, .count = 400, .flag = 1, .loop.delay_us = 1000};
+    pthread_t thread;
+    cr_assert_eq(pthread_create(&thread, NULL, run_background, &b), 0);
+    while (b.loop.done < 20)
+        sleep_us(1000);
+    /* A reader's loop while the background one is queued: workers take it. */
+    tagged_loop reader = {.caller = pthread_self(), .delay_us = 2000};
+    cr_assert_eq(zm__pool_for(pool, 40, tagged_item, &reader), 0);
+    cr_expect_gt(reader.by_workers, 0, "workers kept to the background loop");
+    cr_expect_eq(reader.idle_runs, 0, "a reader's items ran at idle priority");
+    cr_expect_lt(b.loop.done, b.count, "the background loop was not behind the reader's");
+    unsigned idle_before = b.loop.idle_runs, normal_before = b.loop.normal_runs;
+    cr_expect_gt(idle_before, 0, "background items never ran at idle priority");
+    /* A reader now waits for the background work: it turns ordinary. */
+    b.flag = 0;
+    pthread_join(thread, NULL);
+    cr_expect_eq(b.loop.done, b.count);
+    cr_expect_gt(b.loop.normal_runs, normal_before, "a cleared flag left the loop at idle priority");
+    zm__pool_destroy(pool);
 }

@@ -290,6 +290,15 @@ typedef struct zm_source_tally {
  * put back. */
 zm_source_tally *zm_source_tally_set(zm_source_tally *tally);
 
+/* Work done ahead of readers (a mount synthesizing a view's next chunks
+ * before they are asked for) marks its thread as background: while *flag is
+ * non-zero, the chunk decodes it hands to the pool's threads are taken only
+ * when no reader's are waiting, and run at idle priority (SCHED_IDLE), so a
+ * reader never queues behind them. Clearing *flag (a reader now waits for
+ * that work) makes them ordinary at once. NULL: the thread's work is
+ * ordinary. Returns the flag the thread had, to put back. */
+const _Atomic int *zm_source_background_set(const _Atomic int *flag);
+
 /* A pass: one read over many chunks (a walk of a whole array, a view's
  * index pointers), counted as its chunks are read so that long ones can be
  * watched. A contiguous array's pass counts the pieces it is read in. */

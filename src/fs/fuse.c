@@ -1073,6 +1073,8 @@ static int zm__open_tree(zm__fs *fs, zm_err *err)
         .cache_dir = config->cache_dir,
         .cache_max = config->cache_max,
         .threads = config->threads,
+        .ahead_idle_seconds = config->ahead_idle_seconds,
+        .ahead_rate = config->ahead_rate,
         .progress = zm__log_progress,
         .progress_context = NULL,
     };

@@ -20,6 +20,8 @@ typedef struct zm__parse {
     char *cache_max;
     char *chunk_size;
     char *threads;
+    char *ahead_idle;
+    char *ahead_rate;
 } zm__parse;
 
 enum {
@@ -45,6 +47,8 @@ static const struct fuse_opt zm__options[] = {
     ZM__OPTION("cache_max=%s", cache_max),
     ZM__OPTION("chunk_size=%s", chunk_size),
     ZM__OPTION("threads=%s", threads),
+    ZM__OPTION("ahead_idle=%s", ahead_idle),
+    ZM__OPTION("ahead_rate=%s", ahead_rate),
     FUSE_OPT_KEY("-f", ZM__KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", ZM__KEY_DEBUG),
     FUSE_OPT_KEY("debug", ZM__KEY_DEBUG),
@@ -190,6 +194,20 @@ static int zm__parse_threads(const char *text, unsigned *threads, zm_err *err)
     return 0;
 }
 
+/* A number of seconds or a rate: a decimal from 0 to limit. */
+static int zm__parse_decimal(const char *option, const char *text, double limit, const char *what,
+                             double *out, zm_err *err)
+{
+    char *end;
+    errno = 0;
+    double value = isdigit((unsigned char)text[0]) ? strtod(text, &end) : -1;
+    if (!isdigit((unsigned char)text[0]) || *end != '\0' || errno == ERANGE || !(value >= 0) ||
+        value > limit)
+        return zm_err_set(err, -EINVAL, "%s=%s: not %s from 0 to %.0f", option, text, what, limit);
+    *out = value;
+    return 0;
+}
+
 /* Checks and converts the options fuse_opt_parse left as text. */
 static int zm__check_values(zm__parse *parse, zm_err *err)
 {
@@ -208,6 +226,15 @@ static int zm__check_values(zm__parse *parse, zm_err *err)
         return rc;
     if (parse->cache_max &&
         (rc = zm__parse_size("cache_max", parse->cache_max, &config->cache_max, err)))
+        return rc;
+    config->ahead_idle_seconds = -1;
+    if (parse->ahead_idle && (rc = zm__parse_decimal("ahead_idle", parse->ahead_idle, 86400,
+                                                     "a number of seconds",
+                                                     &config->ahead_idle_seconds, err)))
+        return rc;
+    if (parse->ahead_rate && (rc = zm__parse_decimal("ahead_rate", parse->ahead_rate, 1e6,
+                                                     "a number of chunks a second",
+                                                     &config->ahead_rate, err)))
         return rc;
     if (parse->cache_dir && parse->cache_dir[0] == '\0')
         return zm_err_set(err, -EINVAL, "cache_dir= needs a directory (or none)");
@@ -248,6 +275,8 @@ int zm__fs_config_parse(int argc, char **argv, zm__fs_config *config, zm_err *er
     free(parse.cache_max);
     free(parse.chunk_size);
     free(parse.threads);
+    free(parse.ahead_idle);
+    free(parse.ahead_rate);
     return rc;
 }
 
@@ -358,6 +387,10 @@ void zm__fs_print_help(FILE *out, const char *program)
             "  -o cache_max=SIZE   the most that directory holds (default 4G)\n"
             "  -o threads=N        threads that read and encode chunks, 1 to %u\n"
             "                      (default: one per core)\n"
+            "  -o ahead_idle=SEC   once a view is read, its chunks are made ahead at idle\n"
+            "                      priority, first cells first, until no reader has asked\n"
+            "                      anything of it for SEC seconds (default 5; 0: off)\n"
+            "  -o ahead_rate=N     make at most N chunks a second ahead (default: no limit)\n"
             "  -o allow_other      let every user read the mount; files then carry SOURCE's\n"
             "                      owner and permission bits minus write, enforced by the\n"
             "                      kernel (default_permissions is added); needs\n"

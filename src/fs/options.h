@@ -27,6 +27,8 @@ typedef struct zm__fs_config {
     uint64_t cache_max;     /* its bound; 0: the default (4 GiB) */
     uint64_t chunk_bytes;   /* 0: the tree's default (1 MiB) */
     unsigned threads;       /* decode threads; 0: one per core */
+    double ahead_idle_seconds; /* synthesis ahead stops after this idle; -1: default; 0: off */
+    double ahead_rate;      /* chunks a second made ahead; 0: no limit */
     int foreground;         /* -f (and -d) */
     int debug;              /* -d: log every request */
     int allow_other;        /* -o allow_other */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -27,6 +28,8 @@
 
 #define DEFAULT_FILE_CACHE_BYTES (512u << 20)
 #define MAX_VIEWS 32
+/* Synthesis ahead stops when a view has been idle this long. */
+#define DEFAULT_AHEAD_IDLE_SECONDS 5.0
 
 /* Views counted one by one; more distinct views than this share one line. */
 #define MAX_VIEW_STATS 1024
@@ -51,7 +54,23 @@ typedef struct view_stats {
     zm_cache_account cache; /* its gets of synthesized files, and what its loads hold */
     zm_source_tally source; /* what making its files read */
     zm_source_tally build;  /* what building it read (its cells, index pointers) */
+    /* Synthesis ahead (one worker per view at most; state under the tree's
+     * mutex): the view's chunks made before they are asked for. */
+    int ahead_state;                 /* ahead_state values */
+    _Atomic int64_t last_read_ns;    /* the last request a reader made in the view */
+    _Atomic uint64_t ahead_chunks, ahead_bytes, ahead_runs;
+    _Atomic uint64_t ahead_total;    /* chunks in the view's store */
+    _Atomic uint64_t ahead_run_chunks; /* chunks made (or found made) by the running worker */
+    _Atomic int ahead_background;    /* the worker's pool flag: 0 while a reader waits for it */
+    _Atomic pid_t ahead_tid;         /* the worker's thread */
+    const zm_store_node *_Atomic ahead_node; /* the array it makes a chunk of, or NULL */
+    struct timespec ahead_began;
+    char ahead_reason[256];          /* why it stopped failing */
 } view_stats;
+
+enum ahead_state { AHEAD_NONE, AHEAD_RUNNING, AHEAD_IDLE, AHEAD_BOUND, AHEAD_DONE, AHEAD_FAILED };
+static const char *const ahead_state_names[] = {"none", "running", "stopped: idle",
+                                                "stopped: cache bound", "done", "failed"};
 
 typedef struct refusal {
     char path[256];
@@ -110,6 +129,11 @@ struct zm_tree {
     int ahead_running;
     unsigned ahead_threads;
     _Atomic int closing;      /* encoding ahead stops at its next chunk */
+    /* Synthesis ahead: a view's workers stop when no reader has asked
+     * anything of it for ahead_idle_ns (0: never start), and make at most
+     * ahead_rate chunks a second (0: as fast as an idle core goes). */
+    int64_t ahead_idle_ns;
+    double ahead_rate;
     /* Counters (.zarrmount/stats.json): per view, and for paths outside
      * views; the refused paths last seen; the snapshot served. */
     pthread_mutex_t stats_mutex;
@@ -1259,6 +1283,8 @@ static void start_next_walk_early(zm_tree *t, zm_view *view, const char *key, co
     pthread_mutex_unlock(&t->mutex);
 }
 
+static void ahead_raise(view_stats *vs, const zm_store_node *node);
+
 static int with_file(zm_tree *t, zm_view *view, view_stats *vs, const char *full_path,
                      const place *w, zm_cache_ref *ref, zm_err *err)
 {
@@ -1273,11 +1299,284 @@ static int with_file(zm_tree *t, zm_view *view, view_stats *vs, const char *full
     }
     if (key[0])
         start_next_walk_early(t, view, key, w);
+    ahead_raise(vs, w->node);
     int rc = file_in_cache(t, view, vs, full_path, w, ref, err);
     if (rc == 0 && key[0] &&
         (w->node->walk != NULL || (t->disk != NULL && kept_on_disk(view, w->node))))
         start_ahead(t, key, w);
     return rc;
+}
+
+/* ---- Synthesis ahead ----------------------------------------------------------------- */
+
+/* Once a reader opens a view, one worker per view makes its chunks before
+ * they are asked for, in priority order: the chunks holding the first cells
+ * first, across every array of the store (chunk c of an array of g row
+ * chunks comes at c / g). It runs at idle priority and hands its decodes to
+ * the pool as background work, so readers' requests go first; it stops when
+ * no reader has asked anything of the view for a while (it starts again at
+ * the next request), when what it made would fill half the file cache (more
+ * would evict its own work), or when every chunk is made. A reader that
+ * asks for a chunk of the array the worker is making one of would wait for
+ * it: the worker is then raised to normal priority until that chunk is
+ * done, so a reader never waits behind idle-priority work. */
+
+static int64_t monotonic_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+typedef struct ahead_array {
+    const zm_store_node *node;
+    char path[1024];
+    uint64_t chunks, next; /* chunks in C order; the next to make */
+} ahead_array;
+
+/* Every array of the view's store with at least one chunk, with its path. */
+static ahead_array *ahead_arrays(zm_view *view, size_t *count)
+{
+    struct frame {
+        const zm_store_node *node;
+        size_t child;
+        size_t length;
+    } stack[64];
+    char current[1024] = "";
+    ahead_array *list = NULL;
+    size_t n = 0, capacity = 0;
+    int depth = 0;
+    stack[0] = (struct frame){zm_view_root(view), 0, 0};
+    while (depth >= 0) {
+        struct frame *f = &stack[depth];
+        if (f->child == f->node->child_count) {
+            depth--;
+            continue;
+        }
+        const zm_store_node *c = f->node->children[f->child++];
+        size_t length = f->length;
+        int w = snprintf(current + length, sizeof current - length, "%s%s", length ? "/" : "", c->name);
+        if (w < 0 || (size_t)w >= sizeof current - length)
+            continue;
+        if (!c->is_array) {
+            if (depth + 1 < 64)
+                stack[++depth] = (struct frame){c, 0, length + (size_t)w};
+            continue;
+        }
+        uint64_t chunks = 1;
+        for (unsigned d = 0; d < c->meta.rank; d++)
+            chunks *= c->grid[d];
+        if (chunks == 0 || (c->meta.rank > 0 && c->meta.shape[0] == 0))
+            continue;
+        if (n == capacity) {
+            capacity = capacity ? capacity * 2 : 32;
+            ahead_array *grown = realloc(list, capacity * sizeof *grown);
+            if (grown == NULL)
+                break;
+            list = grown;
+        }
+        list[n] = (ahead_array){.node = c, .chunks = chunks};
+        snprintf(list[n].path, sizeof list[n].path, "%s", current);
+        n++;
+    }
+    *count = n;
+    return list;
+}
+
+/* Where the next chunk of an array lies in priority order: the share of
+ * its rows before it (0 for a 0-d array). */
+static double ahead_position(const ahead_array *a)
+{
+    const zm_store_node *node = a->node;
+    if (node->meta.rank == 0 || node->grid[0] == 0)
+        return 0;
+    uint64_t per_row_chunk = a->chunks / node->grid[0];
+    return (double)(a->next / per_row_chunk) / (double)node->grid[0];
+}
+
+static void set_idle_priority(int idle)
+{
+    struct sched_param param = {0};
+    (void)pthread_setschedparam(pthread_self(), idle ? SCHED_IDLE : SCHED_OTHER, &param);
+}
+
+typedef struct ahead_worker {
+    zm_tree *tree;
+    view_stats *stats;
+} ahead_worker;
+
+static int ahead_run(zm_tree *t, view_stats *vs, zm_view *view)
+{
+    size_t count = 0;
+    ahead_array *arrays = ahead_arrays(view, &count);
+    uint64_t bound = t->cache_bytes / 2, made = 0;
+    int state = AHEAD_DONE;
+    int64_t started = monotonic_ns();
+    uint64_t chunks_this_run = 0, total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += arrays[i].chunks;
+    vs->ahead_total = total;
+    vs->ahead_run_chunks = 0;
+    for (;;) {
+        if (t->closing) {
+            state = AHEAD_IDLE;
+            break;
+        }
+        if (monotonic_ns() - vs->last_read_ns > t->ahead_idle_ns) {
+            state = AHEAD_IDLE;
+            break;
+        }
+        if (made >= bound) {
+            state = AHEAD_BOUND;
+            break;
+        }
+        /* The chunk nearest the first cells, earlier arrays first on ties. */
+        ahead_array *a = NULL;
+        double best = 2;
+        for (size_t i = 0; i < count; i++) {
+            if (arrays[i].next >= arrays[i].chunks)
+                continue;
+            double at = ahead_position(&arrays[i]);
+            if (at < best) {
+                best = at;
+                a = &arrays[i];
+            }
+        }
+        if (a == NULL)
+            break; /* every chunk made */
+        if (t->ahead_rate > 0) {
+            /* At most ahead_rate chunks a second since this run began. */
+            int64_t due = started + (int64_t)((double)chunks_this_run * 1e9 / t->ahead_rate);
+            int64_t wait = due - monotonic_ns();
+            if (wait > 0) {
+                struct timespec pause = {wait / 1000000000, wait % 1000000000};
+                nanosleep(&pause, NULL);
+                continue; /* look at idleness again first */
+            }
+        }
+        uint64_t c = a->next++;
+        place w;
+        memset(&w, 0, sizeof w);
+        w.node = a->node;
+        w.file = F_CHUNK;
+        for (int d = (int)a->node->meta.rank - 1; d >= 0; d--) {
+            w.coords[d] = c % a->node->grid[d];
+            c /= a->node->grid[d];
+        }
+        snprintf(w.store_path, sizeof w.store_path, "%s", a->path);
+        char chunk[ZM_ZARR_CHUNK_KEY_MAX], path[1400];
+        zm_zarr_chunk_key(a->node->meta.rank, w.coords, chunk, sizeof chunk);
+        snprintf(path, sizeof path, "%s/%s/%s", vs->key, a->path, chunk);
+        /* Back to idle priority if a reader raised it for the last chunk. */
+        if (!vs->ahead_background) {
+            set_idle_priority(1);
+            vs->ahead_background = 1;
+        }
+        vs->ahead_node = a->node;
+        zm_cache_ref ref;
+        zm_err err;
+        zm_err_clear(&err);
+        int rc = file_in_cache(t, view, vs, path, &w, &ref, &err);
+        vs->ahead_node = NULL;
+        if (rc != 0) {
+            pthread_mutex_lock(&t->mutex);
+            snprintf(vs->ahead_reason, sizeof vs->ahead_reason, "%s", err.reason);
+            pthread_mutex_unlock(&t->mutex);
+            zm__log(LOG_WARNING, "synthesis ahead of %s stopped: %s", vs->key, err.reason);
+            state = AHEAD_FAILED;
+            break;
+        }
+        made += ref.size;
+        vs->ahead_bytes += ref.size;
+        zm_cache_release(t->files, &ref);
+        vs->ahead_chunks++;
+        vs->ahead_run_chunks++;
+        chunks_this_run++;
+    }
+    free(arrays);
+    return state;
+}
+
+static void *synthesize_ahead(void *context)
+{
+    ahead_worker *worker = context;
+    zm_tree *t = worker->tree;
+    view_stats *vs = worker->stats;
+    free(worker);
+    vs->ahead_tid = (pid_t)syscall(SYS_gettid);
+    set_idle_priority(1);
+    vs->ahead_background = 1;
+    const _Atomic int *own = zm_source_background_set(&vs->ahead_background);
+    int state = AHEAD_FAILED;
+    target tg;
+    zm_err err;
+    zm_err_clear(&err);
+    zm_view *view = NULL;
+    if (parse_path(t, vs->key, &tg, &err) == 0 && view_get(t, &tg, &view, &err) == 0) {
+        state = ahead_run(t, vs, view);
+        view_release(t, view);
+    } else {
+        pthread_mutex_lock(&t->mutex);
+        snprintf(vs->ahead_reason, sizeof vs->ahead_reason, "%s", err.reason);
+        pthread_mutex_unlock(&t->mutex);
+    }
+    zm_source_background_set(own);
+    vs->ahead_tid = 0;
+    pthread_mutex_lock(&t->mutex);
+    vs->ahead_state = state;
+    t->ahead_running--;
+    pthread_cond_broadcast(&t->changed);
+    pthread_mutex_unlock(&t->mutex);
+    return NULL;
+}
+
+/* A reader asked something of the view: note it, and start its worker if
+ * none runs (again after it stopped idle; not after it made everything,
+ * filled its share of the cache or failed). */
+static void ahead_touch(zm_tree *t, view_stats *vs)
+{
+    if (t->ahead_idle_ns <= 0 || vs == &t->outside || vs == &t->more_views || t->closing)
+        return;
+    vs->last_read_ns = monotonic_ns();
+    if (vs->ahead_state != AHEAD_NONE && vs->ahead_state != AHEAD_IDLE)
+        return; /* an unlocked look first: this is every request's path */
+    pthread_mutex_lock(&t->mutex);
+    if ((vs->ahead_state == AHEAD_NONE || vs->ahead_state == AHEAD_IDLE) && !t->closing) {
+        ahead_worker *worker = malloc(sizeof *worker);
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (worker != NULL) {
+            *worker = (ahead_worker){t, vs};
+            vs->ahead_state = AHEAD_RUNNING;
+            vs->ahead_runs++;
+            clock_gettime(CLOCK_MONOTONIC, &vs->ahead_began);
+            t->ahead_running++;
+            if (pthread_create(&thread, &attr, synthesize_ahead, worker) != 0) {
+                t->ahead_running--;
+                vs->ahead_state = AHEAD_FAILED;
+                snprintf(vs->ahead_reason, sizeof vs->ahead_reason, "cannot start a thread");
+                free(worker);
+            }
+        }
+        pthread_attr_destroy(&attr);
+    }
+    pthread_mutex_unlock(&t->mutex);
+}
+
+/* A reader is about to need a chunk of node: if the view's worker is making
+ * one of the same array (the same chunk, or the walk every chunk of it
+ * waits for), it runs at normal priority until that chunk is done. */
+static void ahead_raise(view_stats *vs, const zm_store_node *node)
+{
+    if (vs->ahead_node != node || node == NULL || !vs->ahead_background)
+        return;
+    vs->ahead_background = 0; /* its pool work is ordinary from now on */
+    pid_t tid = vs->ahead_tid;
+    struct sched_param param = {0};
+    if (tid > 0)
+        (void)sched_setscheduler(tid, SCHED_OTHER, &param);
 }
 
 /* ---- Stats: the snapshot and the works in progress ---------------------------------- */
@@ -1354,6 +1653,25 @@ static size_t list_works(zm_tree *t, work *out, size_t capacity, int finished)
         w->finished = 0;
     }
     pthread_mutex_unlock(&t->mutex);
+    views = stats_list(t, &view_count);
+    for (size_t i = 0; i < view_count && count < capacity; i++) {
+        view_stats *vs = views[i];
+        pthread_mutex_lock(&t->mutex);
+        int running = vs->ahead_state == AHEAD_RUNNING;
+        struct timespec began = vs->ahead_began;
+        pthread_mutex_unlock(&t->mutex);
+        if (!running)
+            continue;
+        work *w = &out[count++];
+        snprintf(w->view, sizeof w->view, "%s", vs->key);
+        snprintf(w->what, sizeof w->what, "synthesizing ahead (first cells first)");
+        w->unit = "chunks";
+        w->done = vs->ahead_run_chunks;
+        w->total = vs->ahead_total > w->done ? vs->ahead_total : w->done;
+        w->seconds = seconds_since(&began);
+        w->finished = 0;
+    }
+    free(views);
     return count;
 }
 
@@ -1450,6 +1768,17 @@ static json_t *view_json(zm_tree *t, const view_stats *vs)
                         json_pack("{s:I, s:f, s:o}", "builds", (json_int_t)vs->builds, "seconds",
                                   rounded((double)vs->build_nanoseconds / 1e9, 1e-3), "source",
                                   tally_json(&vs->build)));
+    pthread_mutex_lock(&t->mutex);
+    int state = vs->ahead_state;
+    char reason[sizeof vs->ahead_reason];
+    snprintf(reason, sizeof reason, "%s", vs->ahead_reason);
+    pthread_mutex_unlock(&t->mutex);
+    json_t *ahead = json_pack("{s:s, s:I, s:I, s:I}", "state", ahead_state_names[state], "chunks",
+                              (json_int_t)vs->ahead_chunks, "bytes", (json_int_t)vs->ahead_bytes,
+                              "runs", (json_int_t)vs->ahead_runs);
+    if (state == AHEAD_FAILED)
+        json_object_set_new(ahead, "reason", json_string(reason));
+    json_object_set_new(o, "ahead", ahead);
     return o;
 }
 
@@ -1712,6 +2041,7 @@ static int lookup_target(zm_tree *t, const char *path, const target *target_in, 
         /* A request the kernel refuses (a minimum that does not fit, ...)
          * names no view: the path does not exist. */
         return rc == -EINVAL ? -ENOENT : rc;
+    ahead_touch(t, vs);
     place w;
     rc = locate(view, tg.rest, &w, err);
     if (rc == 0 && w.file != F_NONE) {
@@ -1879,6 +2209,7 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
     zm_view *view;
     if ((rc = view_get(t, &tg, &view, err)) != 0)
         return rc;
+    ahead_touch(t, stats_for(t, tg.key));
     place w;
     rc = locate(view, tg.rest, &w, err);
     if (rc == 0 && w.file != F_NONE)
@@ -1975,6 +2306,7 @@ static int read_target(zm_tree *t, const char *path, const target *target_in, vi
     zm_view *view;
     if ((rc = view_get(t, &tg, &view, err)) != 0)
         return rc;
+    ahead_touch(t, vs);
     place w;
     rc = locate(view, tg.rest, &w, err);
     if (rc == 0 && w.file == F_NONE)
@@ -2103,6 +2435,9 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     t->cache_bytes = options->cache_bytes ? options->cache_bytes : DEFAULT_FILE_CACHE_BYTES;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     t->ahead_threads = cores > 1 ? (unsigned)cores : 1;
+    double idle = options->ahead_idle_seconds < 0 ? DEFAULT_AHEAD_IDLE_SECONDS : options->ahead_idle_seconds;
+    t->ahead_idle_ns = (int64_t)(idle * 1e9);
+    t->ahead_rate = options->ahead_rate;
     int rc = 0;
     if (options->codec)
         rc = zm_codec_parse(options->codec, &t->codec, err);

@@ -13,12 +13,18 @@
  *
  * Items are chunk decodes, each far costlier than a mutex round trip, so
  * one lock per item keeps this simple at no measurable cost.
+ *
+ * A loop called from a background thread (zm_source_background_set: work
+ * done ahead of readers) is claimed by workers only when no ordinary loop
+ * is queued, and its items run at idle priority; its flag is read at each
+ * claim, so a loop whose work a reader now waits for turns ordinary at once.
  */
 #include "source/pool.h"
 #include "source/source_internal.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -32,6 +38,7 @@ typedef struct zm__loop {
     size_t done; /* items finished */
     int result;  /* the first non-zero value an item returned */
     zm_source_tally *tally; /* the caller's: its items' reads count there too */
+    const _Atomic int *background; /* the caller's flag: non-zero, work ahead of readers */
     pthread_cond_t finished;
     struct zm__loop *queue_next; /* in the pool's queue while next < count */
     bool queued;
@@ -77,11 +84,33 @@ static size_t zm__claim(zm__pool *pool, zm__loop *loop)
 
 /* Runs item index of loop with the mutex released, then records it.
  * Mutex held on entry and on return. */
-static void zm__run(zm__pool *pool, zm__loop *loop, size_t index)
+static bool zm__background(const zm__loop *loop)
 {
+    return loop->background != NULL && *loop->background != 0;
+}
+
+/* A worker's scheduling: idle priority for background items only. */
+static void zm__set_idle(bool *idle, bool want)
+{
+    if (*idle == want)
+        return;
+    struct sched_param param = {0};
+    if (pthread_setschedparam(pthread_self(), want ? SCHED_IDLE : SCHED_OTHER, &param) == 0)
+        *idle = want;
+}
+
+/* (idle: a worker's scheduling state, NULL for a loop's own caller, whose
+ * priority is its own business.) */
+static void zm__run(zm__pool *pool, zm__loop *loop, size_t index, bool *idle)
+{
+    bool background = zm__background(loop);
     pthread_mutex_unlock(&pool->mutex);
+    if (idle != NULL)
+        zm__set_idle(idle, background);
     zm_source_tally *own = zm_source_tally_set(loop->tally);
+    const _Atomic int *own_background = zm_source_background_set(loop->background);
     int rc = loop->fn(loop->context, index);
+    zm_source_background_set(own_background);
     zm_source_tally_set(own);
     pthread_mutex_lock(&pool->mutex);
     if (rc != 0 && loop->result == 0)
@@ -93,14 +122,21 @@ static void zm__run(zm__pool *pool, zm__loop *loop, size_t index)
 static void *zm__worker(void *arg)
 {
     zm__pool *pool = arg;
+    bool idle = false;
     pthread_mutex_lock(&pool->mutex);
     for (;;) {
         while (pool->head == NULL && !pool->stopping)
             pthread_cond_wait(&pool->work, &pool->mutex);
         if (pool->head == NULL)
             break; /* stopping, and nothing left to claim */
+        /* Readers' loops first; work ahead of them only when none waits. */
         zm__loop *loop = pool->head;
-        zm__run(pool, loop, zm__claim(pool, loop));
+        for (zm__loop *l = pool->head; l != NULL; l = l->queue_next)
+            if (!zm__background(l)) {
+                loop = l;
+                break;
+            }
+        zm__run(pool, loop, zm__claim(pool, loop), &idle);
     }
     pthread_mutex_unlock(&pool->mutex);
     return NULL;
@@ -194,7 +230,8 @@ int zm__pool_for(zm__pool *pool, size_t count, int (*fn)(void *context, size_t i
         return result;
     }
 
-    zm__loop loop = {.fn = fn, .context = context, .count = count, .tally = zm__tally_current()};
+    zm__loop loop = {.fn = fn, .context = context, .count = count, .tally = zm__tally_current(),
+                     .background = zm__background_current()};
     int rc = pthread_cond_init(&loop.finished, NULL);
     if (rc != 0) {
         /* Without a condition variable to wait on, run the loop alone:
@@ -218,7 +255,7 @@ int zm__pool_for(zm__pool *pool, size_t count, int (*fn)(void *context, size_t i
             pthread_cond_signal(&pool->work);
 
     while (loop.next < loop.count)
-        zm__run(pool, &loop, zm__claim(pool, &loop));
+        zm__run(pool, &loop, zm__claim(pool, &loop), NULL);
     while (loop.done < loop.count)
         pthread_cond_wait(&loop.finished, &pool->mutex);
     if (--pool->active == 0)

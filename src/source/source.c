@@ -242,6 +242,20 @@ zm_source_tally *zm__tally_current(void)
     return current_tally;
 }
 
+static _Thread_local const _Atomic int *current_background;
+
+const _Atomic int *zm_source_background_set(const _Atomic int *flag)
+{
+    const _Atomic int *previous = current_background;
+    current_background = flag;
+    return previous;
+}
+
+const _Atomic int *zm__background_current(void)
+{
+    return current_background;
+}
+
 void zm__count_bytes(zm_source *source, uint64_t bytes)
 {
     source->bytes_read += bytes;

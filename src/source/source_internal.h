@@ -94,6 +94,8 @@ struct zm_source {
 
 /* The calling thread's tally (zm_source_tally_set), or NULL. */
 zm_source_tally *zm__tally_current(void);
+/* The calling thread's background flag (zm_source_background_set), or NULL. */
+const _Atomic int *zm__background_current(void);
 /* Adds to the source's counters and the thread's tally. */
 void zm__count_bytes(zm_source *source, uint64_t bytes);
 void zm__count_chunk(zm_source *source);

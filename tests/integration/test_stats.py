@@ -14,7 +14,13 @@ user of a lazy store checks them (docs/mount.md, "Stats"):
 - refused paths are counted, per view and in total, with their reasons;
 - stats.json is a fresh, complete snapshot at every open, its size exact;
 - `zarrmount stats MNT --json` is that JSON, the table prints every view,
-  and --watch redraws until interrupted.
+  and --watch redraws until interrupted;
+- synthesis ahead: once a view is read, a worker makes its chunks, first
+  cells first, and says so; it stops when the view is idle (and starts
+  again at the next request), stops at its share of the file cache, makes
+  the bytes a reader would, and is off with ahead_idle=0.
+(The counting checks mount with ahead_idle=0: they count what a reader's
+own requests cost.)
 
 Every mount is unmounted in every outcome (run by run_mount_test.sh, which
 also unmounts whatever a crash leaves). No step has a time limit. Prints TAP.
@@ -186,7 +192,7 @@ def a_column(h5):
 def check_file_view(path, h5, label):
     """file/: rows in file order, no walks: a chunk reads its own rows."""
     column = a_column(h5)
-    with mounted(path, f"chunk_size={CHUNK_BYTES}") as point:
+    with mounted(path, f"chunk_size={CHUNK_BYTES}", "ahead_idle=0") as point:
         s0 = stats(point)
         check(f"{label}: a fresh mount has no view counters yet", "file" not in s0["views"])
         root = os.path.join(point, "file")
@@ -277,7 +283,7 @@ def check_walk(path, h5, label):
     exactly the chunks read are made."""
     column = a_column(h5)
     key = "uniform/seed0/k=30"
-    with mounted(path, f"chunk_size={CHUNK_BYTES}", "codec=none") as point:
+    with mounted(path, f"chunk_size={CHUNK_BYTES}", "codec=none", "ahead_idle=0") as point:
         root = os.path.join(point, key)
         os.listdir(root)
         read_file(os.path.join(root, ".zmetadata"))
@@ -396,7 +402,110 @@ def check_cli_refusals():
               done.returncode == 1 and "not a zarrmount mount" in done.stderr, done.stderr)
 
 
+def tree_digest(root):
+    """Every file under root, by relative path: its bytes."""
+    out = {}
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            out[os.path.relpath(path, root)] = read_file(path)
+    return out
+
+
+def wait_for(point, key, predicate, what):
+    """Polls the view's counters until predicate holds (no time limit on
+    the daemon: a generous deadline only keeps a broken build from hanging
+    the run)."""
+    deadline = time.monotonic() + 300
+    while True:
+        v = stats(point)["views"].get(key, {})
+        if predicate(v.get("ahead", {})):
+            return v
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: never happened; last {v.get('ahead')}")
+        time.sleep(0.1)
+
+
+def check_ahead():
+    path = os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad")
+    key = "uniform/seed2/k=50"
+    small = "chunk_size=256"
+    with mounted(path, small, "ahead_idle=0") as point:
+        want = tree_digest(os.path.join(point, key))
+        off = stats(point)["views"][key]["ahead"]
+    check("ahead: off with ahead_idle=0", off["state"] == "none" and off["chunks"] == 0, off)
+
+    # Paced (ahead_rate) so that an idle second stops it half way.
+    with mounted(path, small, "ahead_idle=1", "ahead_rate=40") as point:
+        root = os.path.join(point, key)
+        check("ahead: nothing runs before a view is read", key not in stats(point)["views"])
+        read_file(os.path.join(root, ".zattrs"))
+        running = wait_for(point, key, lambda a: a.get("chunks", 0) > 0, "starting")
+        snapshot = stats(point)
+        works = [w for w in snapshot["works"] if w["view"] == key and "ahead" in w["what"]]
+        check("ahead: reading a view starts its worker, shown as a work in progress",
+              running["ahead"]["state"] in ("running", "stopped: idle") and
+              (works or running["ahead"]["state"] != "running"), snapshot["works"])
+        idle = wait_for(point, key, lambda a: a.get("state") == "stopped: idle", "stopping when idle")
+        made = idle["ahead"]["chunks"]
+        time.sleep(2.5)
+        still = stats(point)["views"][key]
+        check("ahead: it stops when nobody reads the view, part way",
+              0 < made and still["ahead"]["chunks"] == made and still["ahead"]["state"] == "stopped: idle" and
+              not [w for w in stats(point)["works"] if w["view"] == key and "ahead" in w["what"]],
+              f"{made} then {still['ahead']}")
+        check("ahead: ... before it made every chunk (paced)", still["chunksSynthesized"] < len(want) - 3,
+              f"{still['chunksSynthesized']} of {len(want)} files")
+        # First cells first: an array's first chunk is made, its last not
+        # yet (a var column: not walked, so reading one chunk makes only it).
+        var = os.path.join(root, "var")
+        column = next(c for c in sorted(os.listdir(var))
+                      if os.path.isdir(os.path.join(var, c)) and
+                      len([n for n in os.listdir(os.path.join(var, c)) if n.isdigit()]) > 1)
+        chunks = sorted((n for n in os.listdir(os.path.join(var, column)) if n.isdigit()), key=int)
+        before = stats(point)["views"][key]["chunksSynthesized"]
+        read_file(os.path.join(var, column, chunks[0]))
+        first = stats(point)["views"][key]["chunksSynthesized"]
+        read_file(os.path.join(var, column, chunks[-1]))
+        last = stats(point)["views"][key]["chunksSynthesized"]
+        check(f"ahead: first cells first (var/{column}: its first chunk was made ahead, its last not yet)",
+              first == before and last == before + 1, f"{before} -> {first} -> {last}")
+        again = wait_for(point, key, lambda a: a.get("runs", 0) >= 2, "starting again")
+        check("ahead: a request after idleness starts it again", again["ahead"]["runs"] >= 2, again["ahead"])
+        # Keep reading (a file a tenth of a second, from the daemon) until it
+        # has made every chunk.
+        deadline = time.monotonic() + 300
+        while stats(point)["views"][key]["ahead"]["state"] != "done" and time.monotonic() < deadline:
+            reread_from_daemon(os.path.join(root, ".zattrs"))  # the kernel would answer a plain read
+            time.sleep(0.1)
+        done = stats(point)["views"][key]
+        got = tree_digest(root)
+        final = stats(point)["views"][key]
+        check("ahead: while the view is read it makes every chunk", done["ahead"]["state"] == "done", done["ahead"])
+        check("ahead: the bytes made ahead are the bytes a reader makes", got == want,
+              [k for k in want if got.get(k) != want[k]][:5])
+        check("ahead: a reader then finds every chunk made",
+              final["chunksSynthesized"] == done["chunksSynthesized"], f"{done['chunksSynthesized']} -> {final['chunksSynthesized']}")
+
+    # Bounded by the cache: at most half of a 16 KiB file cache (and a chunk).
+    with mounted(path, small, "cache_size=16K", "ahead_idle=30") as point:
+        read_file(os.path.join(point, key, ".zattrs"))
+        bound = wait_for(point, key, lambda a: a.get("state") not in (None, "running"), "stopping")
+        check("ahead: it stops at its share of the file cache",
+              bound["ahead"]["state"] == "stopped: cache bound" and 8 * 1024 <= bound["ahead"]["bytes"] < 8 * 1024 + 4096,
+              bound["ahead"])
+
+    for option in ("ahead_idle=-1", "ahead_idle=soon", "ahead_rate=1e9x"):
+        done = subprocess.run([BINARY, path, "/nonexistent-mount-point", "-o", option], capture_output=True, text=True)
+        check(f"ahead: -o {option} is refused in one line naming it",
+              done.returncode == 2 and option.split("=")[0] in done.stderr and done.stderr.count("\n") == 1, done.stderr)
+
+
 def main():
+    try:
+        check_ahead()
+    except Exception:  # noqa: BLE001
+        check("ahead", False, traceback.format_exc(limit=4))
     for path in SOURCES:
         label = os.path.relpath(path, ROOT)
         with h5py.File(path, "r") as h5:
