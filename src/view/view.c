@@ -63,7 +63,8 @@ void zm_view_free(zm_view *view)
         return;
     node_free(view->root);
     for (size_t i = 0; i < view->sparse_count; i++) {
-        free(view->sparses[i]->indptr);
+        if (view->sparses[i]->indptr != view->sparses[i]->source_indptr)
+            free(view->sparses[i]->indptr);
         free(view->sparses[i]->source_indptr);
         free(view->sparses[i]);
     }
@@ -352,13 +353,17 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
                  : read_int64s(view->source, e->indptr, &s->source_indptr, err);
     if (rc == 0)
         rc = check_pointers(view, e, s, source_majors, err);
-    s->indptr = rc == 0 ? malloc((s->majors + 1) * sizeof *s->indptr) : NULL;
+    /* Majors in source order, every entry kept (the whole file, or genes
+     * as majors of a per-cell matrix whose cells are not its minors): the
+     * view's pointers are the source's, held once. */
+    int same = rc == 0 && !s->major_is_cell && !s->minor_is_cell && s->majors == source_majors;
+    s->indptr = rc != 0 ? NULL : same ? s->source_indptr : malloc((s->majors + 1) * sizeof *s->indptr);
     if (rc == 0 && s->indptr == NULL)
         rc = zm_err_set(err, -ENOMEM, "out of memory laying out %s", e->path);
     const int64_t *inverse = NULL;
     if (rc == 0 && s->minor_is_cell && (inverse = zm_view_inverse(view, err)) == NULL)
         rc = -ENOMEM;
-    if (rc == 0) {
+    if (rc == 0 && !same) {
         s->indptr[0] = 0;
         /* Kept entries of each major: all of them, or (cells as minors) those
          * whose cell is in the view: one pass over the majors' indices. */
@@ -383,14 +388,16 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
         }
     }
     if (rc != 0) {
-        free(s->indptr);
+        if (s->indptr != s->source_indptr)
+            free(s->indptr);
         free(s->source_indptr);
         free(s);
         return rc;
     }
     zm_view_sparse **list = realloc(view->sparses, (view->sparse_count + 1) * sizeof *list);
     if (list == NULL) {
-        free(s->indptr);
+        if (s->indptr != s->source_indptr)
+            free(s->indptr);
         free(s->source_indptr);
         free(s);
         return zm_err_set(err, -ENOMEM, "out of memory");
