@@ -227,19 +227,21 @@ static int read_int64s(zm_source *source, const zm_array *array, int64_t **out, 
 {
     const zm_array_info *info = zm_array_describe(array);
     uint64_t n = info->shape[0];
-    uint8_t *raw = malloc(n * info->dtype.size + 1);
+    size_t size = info->dtype.size;
+    /* Read into the result and widened in place, last value first (value
+     * i is read from i * size <= i * 8): no second buffer of an atlas's
+     * pointers. */
     int64_t *values = malloc((n ? n : 1) * sizeof *values);
-    int rc = raw && values ? zm_array_read_rows(source, array, 0, n, raw, err)
-                           : zm_err_set(err, -ENOMEM, "out of memory reading %s", info->file_path);
-    for (uint64_t i = 0; rc == 0 && i < n; i++) {
+    int rc = values ? zm_array_read_rows(source, array, 0, n, values, err)
+                    : zm_err_set(err, -ENOMEM, "out of memory reading %s", info->file_path);
+    const uint8_t *raw = (const uint8_t *)values;
+    for (uint64_t i = n; rc == 0 && size < 8 && i-- > 0;) {
         uint64_t u = 0;
-        memcpy(&u, raw + i * info->dtype.size, info->dtype.size);
-        if (info->dtype.type_class == ZM_TYPE_INT && info->dtype.size < 8 &&
-            (u >> (info->dtype.size * 8 - 1)) & 1)
-            u |= ~0ULL << (info->dtype.size * 8);
+        memcpy(&u, raw + i * size, size);
+        if (info->dtype.type_class == ZM_TYPE_INT && (u >> (size * 8 - 1)) & 1)
+            u |= ~0ULL << (size * 8);
         values[i] = (int64_t)u;
     }
-    free(raw);
     if (rc != 0) {
         free(values);
         return rc;
