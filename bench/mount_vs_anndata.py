@@ -17,7 +17,6 @@ Prints each time and ratio and checks the targets: (a) >= 3x, (b) >= 2x,
 Usage: bench/mount_vs_anndata.py [BUILD_DIR] [--data DIR]
 """
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -27,66 +26,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def is_mounted(path):
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == os.path.realpath(path) for line in f)
-
-
-@contextlib.contextmanager
-def mounted(binary, source, *options, cache=None):
-    point = tempfile.mkdtemp(prefix="zm-bench-")
-    # Every mount starts with an empty disk cache (a cold mount is cold),
-    # unless it is given one to share.
-    keep = cache is not None
-    if cache is None:
-        cache = tempfile.mkdtemp(prefix="zm-bench-cache-", dir="/var/tmp")
-    options = (f"cache_dir={cache}",) + options
-    args = [binary, source, point, "-f"] + [a for o in options for a in ("-o", o)]
-    daemon = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while not is_mounted(point):
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("mount failed")
-            time.sleep(0.05)
-        yield point, daemon.pid
-    finally:
-        subprocess.run(["fusermount3", "-u", point], capture_output=True)
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-        if is_mounted(point):
-            subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True)
-        os.rmdir(point)
-        if not keep:
-            shutil.rmtree(cache, ignore_errors=True)
-
-
-def rchar(pid):
-    with open(f"/proc/{pid}/io") as f:
-        for line in f:
-            if line.startswith("rchar:"):
-                return int(line.split()[1])
-    return 0
-
-
-def python(code, *args):
-    os.sync()  # no writeback left from an earlier step runs during this one
-    t = time.perf_counter()
-    out = subprocess.run(["/usr/bin/python3", "-c", code, *args], check=True, capture_output=True, text=True).stdout
-    return time.perf_counter() - t, out
-
-
-def read_tree(root):
-    total = 0
-    for directory, _, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(directory, name), "rb") as f:
-                total += len(f.read())
-    return total
+sys.path.insert(0, HERE)
+from benchlib import mounted, python, rchar, read_tree  # noqa: E402
 
 
 def main():

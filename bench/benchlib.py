@@ -1,0 +1,112 @@
+"""Helpers shared by the mount benchmarks (bench/mount_vs_anndata.py, bench/atlas_scale.py):
+mounting with a private disk cache and always unmounting, the daemon's counters from /proc,
+and timed Python subprocesses.  Run everything with Debian's /usr/bin/python3."""
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+PYTHON = "/usr/bin/python3"
+
+
+def is_mounted(path):
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == os.path.realpath(path) for line in f)
+
+
+def leftover_mounts(prefix="zm-bench-"):
+    """Mount points of ours still in /proc/mounts (there should be none)."""
+    with open("/proc/mounts") as f:
+        return [line.split()[1] for line in f if prefix in line.split()[1]]
+
+
+@contextlib.contextmanager
+def mounted(binary, source, *options, cache=None):
+    """Mounts SOURCE in the foreground on a fresh directory and yields (mount point, daemon pid);
+    unmounts in every outcome (fusermount3 -u, then -u -z).  Every mount starts with an empty
+    disk cache of its own (a cold mount is cold), unless it is given one to share."""
+    point = tempfile.mkdtemp(prefix="zm-bench-")
+    keep = cache is not None
+    if cache is None:
+        cache = tempfile.mkdtemp(prefix="zm-bench-cache-", dir="/var/tmp")
+    options = (f"cache_dir={cache}",) + options
+    args = [binary, source, point, "-f"] + [a for o in options for a in ("-o", o)]
+    daemon = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not is_mounted(point):
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("mount failed")
+            time.sleep(0.05)
+        yield point, daemon.pid
+    finally:
+        subprocess.run(["fusermount3", "-u", point], capture_output=True)
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        if is_mounted(point):
+            subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(point)
+        if not keep:
+            shutil.rmtree(cache, ignore_errors=True)
+
+
+def rchar(pid):
+    """Bytes the process has read by read()-like calls (/proc/PID/io)."""
+    with open(f"/proc/{pid}/io") as f:
+        for line in f:
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    return 0
+
+
+def vm_hwm(pid):
+    """The process's peak resident memory in bytes (VmHWM of /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def python(code, *args):
+    """Runs CODE in a fresh /usr/bin/python3 after a sync (so no writeback of an earlier step runs
+    during this one); returns (wall seconds including start and imports, stdout)."""
+    os.sync()
+    t = time.perf_counter()
+    out = subprocess.run([PYTHON, "-c", code, *args], check=True, capture_output=True, text=True).stdout
+    return time.perf_counter() - t, out
+
+
+def read_tree(root):
+    """Reads every file under ROOT as Python (zarr) would; returns the bytes read."""
+    total = 0
+    for directory, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(directory, name), "rb") as f:
+                total += len(f.read())
+    return total
+
+
+def tar_walk(root, rel):
+    """`cd ROOT && tar cf - REL | wc -c`: every file read once; returns (seconds, bytes)."""
+    t = time.perf_counter()
+    out = subprocess.run(f"cd '{root}' && tar cf - '{rel}' | wc -c", shell=True, check=True,
+                         capture_output=True, text=True).stdout
+    return time.perf_counter() - t, int(out.strip())
+
+
+def drop_caches():
+    """Empties the page cache if we may (root, not refused); True if it did."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
