@@ -79,6 +79,7 @@ typedef struct zm__fs {
      * the first open answers ENOSYS and no file open costs a round trip
      * again; reads then come without a handle and find their path by inode. */
     atomic_int no_open;
+    atomic_int readahead_widened; /* zm__widen_readahead was tried */
     /* Likewise for directories (FUSE_NO_OPENDIR_SUPPORT): readdir then
      * comes without a handle, and the last listing is kept here (its refs
      * count this slot and each readdir using it) so that the readdirs of one
@@ -325,6 +326,43 @@ static void zm__op_init(void *userdata, struct fuse_conn_info *conn)
     conn->time_gran = 1;
 }
 
+/* The kernel reads a FUSE file ahead by its backing device's window, 128
+ * KiB by default, whatever max_read allows: a reader walking a store (tar,
+ * cp) then makes several requests a chunk file. Where we may (root), the
+ * window of our mount is widened to max_read. The device comes from
+ * /proc/self/mountinfo: a stat of the mount point would ask this daemon
+ * (from inside a request, it would wait for itself). Best effort: without
+ * it reads are smaller. */
+static void zm__widen_readahead(const char *mountpoint)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (f == NULL)
+        return;
+    char line[8192], device[64] = "";
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned id, parent, major, minor;
+        char root[4096], point[4096];
+        if (sscanf(line, "%u %u %u:%u %4095s %4095s", &id, &parent, &major, &minor, root, point) == 6 &&
+            strcmp(point, mountpoint) == 0)
+            snprintf(device, sizeof device, "%u:%u", major, minor); /* the last one mounted there */
+    }
+    fclose(f);
+    if (device[0] == '\0')
+        return;
+    char path[128];
+    snprintf(path, sizeof path, "/sys/class/bdi/%s/read_ahead_kb", device);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+        zm__log(LOG_DEBUG, "readahead stays at the kernel's default (%s: %s)", path, strerror(errno));
+        return;
+    }
+    char value[32];
+    int n = snprintf(value, sizeof value, "%u\n", ZM__MAX_READ / 1024);
+    if (write(fd, value, (size_t)n) != n)
+        zm__log(LOG_DEBUG, "readahead stays at the kernel's default (%s: %s)", path, strerror(errno));
+    close(fd);
+}
+
 /* Remembers path for the kernel and answers with its entry. */
 static void zm__reply_entry(zm__fs *fs, fuse_req_t req, const char *path, const zm_node *node)
 {
@@ -347,6 +385,10 @@ static void zm__reply_entry(zm__fs *fs, fuse_req_t req, const char *path, const 
 static void zm__op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     zm__fs *fs = zm__fs_of(req);
+    /* At the first lookup: the kernel has taken our INIT reply, which sets
+     * the window too (to the smaller of its own and ours). */
+    if (!atomic_exchange(&fs->readahead_widened, 1))
+        zm__widen_readahead(fs->config.mountpoint);
     char *parent_path;
     int rc = zm__inodes_get(fs->inodes, parent, &parent_path, NULL);
     if (rc != 0) {
