@@ -1394,6 +1394,27 @@ static double ahead_position(const ahead_array *a)
     return (double)(a->next / per_row_chunk) / (double)node->grid[0];
 }
 
+/* Whether the worker may make an array whose chunks need a walk not made
+ * yet: not a walk of strings (HDF5 reads them under its global lock, which
+ * a reader's own HDF5 reads would then wait behind), and not one larger
+ * than what is left of its share of the cache (a walk holds the whole
+ * array: a reader that opens an atlas's full/ for its obs must not find
+ * the daemon gathering all of X). Readers still walk whatever they ask. */
+static int ahead_may_walk(zm_view *view, const zm_store_node *node, uint64_t room)
+{
+    if (!zm_synth_walks(view, node) && !(node->producer == ZM_PRODUCE_CELL_STRINGS &&
+                                         !zm_view_is_identity(view) && node->meta.rank > 0))
+        return 1;
+    if (__atomic_load_n(&((zm_store_node *)node)->walk, __ATOMIC_ACQUIRE) != NULL)
+        return 1; /* walked already: its chunks are cut, not gathered */
+    if (node->producer == ZM_PRODUCE_CELL_STRINGS)
+        return 0;
+    uint64_t raw = node->value_size;
+    for (unsigned d = 0; d < node->meta.rank; d++)
+        raw *= node->meta.shape[d];
+    return raw <= room;
+}
+
 static void set_idle_priority(int idle)
 {
     struct sched_param param = {0};
@@ -1444,6 +1465,10 @@ static int ahead_run(zm_tree *t, view_stats *vs, zm_view *view)
         }
         if (a == NULL)
             break; /* every chunk made */
+        if (a->next == 0 && !ahead_may_walk(view, a->node, bound - (made < bound ? made : bound))) {
+            a->next = a->chunks; /* left to readers */
+            continue;
+        }
         if (t->ahead_rate > 0) {
             /* At most ahead_rate chunks a second since this run began. */
             int64_t due = started + (int64_t)((double)chunks_this_run * 1e9 / t->ahead_rate);

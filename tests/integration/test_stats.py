@@ -18,7 +18,8 @@ user of a lazy store checks them (docs/mount.md, "Stats"):
 - synthesis ahead: once a view is read, a worker makes its chunks, first
   cells first, and says so; it stops when the view is idle (and starts
   again at the next request), stops at its share of the file cache, makes
-  the bytes a reader would, and is off with ahead_idle=0.
+  the bytes a reader would (all but per-cell strings, left to readers), and
+  is off with ahead_idle=0.
 (The counting checks mount with ahead_idle=0: they count what a reader's
 own requests cost.)
 
@@ -481,11 +482,20 @@ def check_ahead():
         done = stats(point)["views"][key]
         got = tree_digest(root)
         final = stats(point)["views"][key]
-        check("ahead: while the view is read it makes every chunk", done["ahead"]["state"] == "done", done["ahead"])
+        check("ahead: while the view is read it goes through every chunk", done["ahead"]["state"] == "done", done["ahead"])
         check("ahead: the bytes made ahead are the bytes a reader makes", got == want,
               [k for k in want if got.get(k) != want[k]][:5])
-        check("ahead: a reader then finds every chunk made",
-              final["chunksSynthesized"] == done["chunksSynthesized"], f"{done['chunksSynthesized']} -> {final['chunksSynthesized']}")
+        # ... except chunks of per-cell strings, whose walk the worker leaves
+        # to readers (HDF5 reads strings under its global lock).
+        strings = 0
+        for name in want:
+            parent = os.path.dirname(name)
+            if os.path.basename(name)[0].isdigit() and parent + "/.zarray" in want:
+                dtype = json.loads(want[parent + "/.zarray"])["dtype"]
+                strings += dtype.startswith("<U") or dtype == "|O"
+        check("ahead: a reader then finds every chunk made but those of strings",
+              done["chunksSynthesized"] <= final["chunksSynthesized"] <= done["chunksSynthesized"] + strings,
+              f"{done['chunksSynthesized']} -> {final['chunksSynthesized']} ({strings} string chunks)")
 
     # Bounded by the cache: at most half of a 16 KiB file cache (and a chunk).
     with mounted(path, small, "cache_size=16K", "ahead_idle=30") as point:
