@@ -387,7 +387,7 @@ static void zm__op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     zm__fs *fs = zm__fs_of(req);
     /* At the first lookup: the kernel has taken our INIT reply, which sets
      * the window too (to the smaller of its own and ours). */
-    if (!atomic_exchange(&fs->readahead_widened, 1))
+    if (!atomic_load(&fs->readahead_widened) && !atomic_exchange(&fs->readahead_widened, 1))
         zm__widen_readahead(fs->config.mountpoint);
     char *parent_path;
     int rc = zm__inodes_get(fs->inodes, parent, &parent_path, NULL);

@@ -56,7 +56,7 @@ typedef struct view_stats {
     zm_source_tally build;  /* what building it read (its cells, index pointers) */
     /* Synthesis ahead (one worker per view at most; state under the tree's
      * mutex): the view's chunks made before they are asked for. */
-    int ahead_state;                 /* ahead_state values */
+    _Atomic int ahead_state;         /* ahead_state values; changed under the tree's mutex */
     _Atomic int64_t last_read_ns;    /* the last request a reader made in the view */
     _Atomic uint64_t ahead_chunks, ahead_bytes, ahead_runs;
     _Atomic uint64_t ahead_total;    /* chunks in the view's store */
@@ -1066,19 +1066,19 @@ struct ahead {
 
 static void start_ahead(zm_tree *t, const char *key, const place *w);
 
-/* The array that follows node in the store's order (depth first) and is
- * walked, not walked yet; its store path into path. */
-static const zm_store_node *next_walk(zm_view *view, const zm_store_node *node, char *path,
-                                      size_t size)
+/* Visits every array of the view's store, depth first, with its store
+ * path; a visit returning non-zero stops the walk. */
+typedef int (*array_visit)(void *context, const zm_store_node *node, const char *path);
+
+static void each_array(zm_view *view, array_visit visit, void *context)
 {
-    /* Depth-first over the store, remembering paths. */
     struct frame {
         const zm_store_node *node;
         size_t child;
         size_t length;
     } stack[64];
     char current[1024] = "";
-    int depth = 0, seen = 0;
+    int depth = 0;
     stack[0] = (struct frame){zm_view_root(view), 0, 0};
     while (depth >= 0) {
         struct frame *f = &stack[depth];
@@ -1092,16 +1092,51 @@ static const zm_store_node *next_walk(zm_view *view, const zm_store_node *node, 
         if (n < 0 || (size_t)n >= sizeof current - length)
             continue;
         if (c->is_array) {
-            if (seen && c->walk == NULL && zm_synth_walks(view, c)) {
-                snprintf(path, size, "%s", current);
-                return c;
-            }
-            seen |= c == node;
+            if (visit(context, c, current))
+                return;
         } else if (depth + 1 < 64) {
             stack[++depth] = (struct frame){c, 0, length + (size_t)n};
         }
     }
-    return NULL;
+}
+
+/* The place and full path ("<view key>/<store path>/<chunk key>") of
+ * chunk c, counted in C order, of the array at store_path. */
+static void chunk_place(const char *key, const char *store_path, const zm_store_node *node,
+                        uint64_t c, place *w, char *path, size_t size)
+{
+    memset(w, 0, sizeof *w);
+    w->node = node;
+    w->file = F_CHUNK;
+    for (int d = (int)node->meta.rank - 1; d >= 0; d--) {
+        w->coords[d] = c % node->grid[d];
+        c /= node->grid[d];
+    }
+    snprintf(w->store_path, sizeof w->store_path, "%s", store_path);
+    char chunk[ZM_ZARR_CHUNK_KEY_MAX];
+    zm_zarr_chunk_key(node->meta.rank, w->coords, chunk, sizeof chunk);
+    snprintf(path, size, "%s/%s/%s", key, store_path, chunk);
+}
+
+/* The array that follows a given one in the store's order and is walked,
+ * not walked yet. */
+struct next_walk {
+    zm_view *view;
+    const zm_store_node *after, *found;
+    int seen;
+    char path[1024];
+};
+
+static int find_next_walk(void *context, const zm_store_node *node, const char *path)
+{
+    struct next_walk *s = context;
+    if (s->seen && node->walk == NULL && zm_synth_walks(s->view, node)) {
+        s->found = node;
+        snprintf(s->path, sizeof s->path, "%s", path);
+        return 1;
+    }
+    s->seen |= node == s->after;
+    return 0;
 }
 
 /* Walks the array after a->node (the next walked one in the store's order)
@@ -1109,18 +1144,15 @@ static const zm_store_node *next_walk(zm_view *view, const zm_store_node *node, 
 static void walk_next(struct ahead *a, zm_view *view)
 {
     zm_tree *t = a->tree;
-    char next_path[1024];
-    const zm_store_node *next = t->closing ? NULL : next_walk(view, a->node, next_path, sizeof next_path);
-    if (next == NULL)
+    if (t->closing)
+        return;
+    struct next_walk next = {.view = view, .after = a->node};
+    each_array(view, find_next_walk, &next);
+    if (next.found == NULL)
         return;
     place w;
-    memset(&w, 0, sizeof w);
-    w.node = next;
-    w.file = F_CHUNK;
-    snprintf(w.store_path, sizeof w.store_path, "%s", next_path);
-    char chunk[ZM_ZARR_CHUNK_KEY_MAX], path[1400];
-    zm_zarr_chunk_key(next->meta.rank, w.coords, chunk, sizeof chunk);
-    snprintf(path, sizeof path, "%s/%s/%s", a->key, next_path, chunk);
+    char path[1400];
+    chunk_place(a->key, next.path, next.found, 0, &w, path, sizeof path);
     zm_cache_ref ref;
     zm_err err;
     /* Making chunk 0 walks the array; encoding its others starts. */
@@ -1150,18 +1182,8 @@ static void *encode_ahead(void *context)
             walk_next(a, view);
         for (uint64_t c; !t->closing && (c = a->next++) < a->chunks;) {
             place w;
-            memset(&w, 0, sizeof w);
-            w.node = a->node;
-            w.file = F_CHUNK;
-            uint64_t rest = c;
-            for (int d = (int)a->node->meta.rank - 1; d >= 0; d--) {
-                w.coords[d] = rest % a->node->grid[d];
-                rest /= a->node->grid[d];
-            }
-            snprintf(w.store_path, sizeof w.store_path, "%s", a->store_path);
-            char chunk[ZM_ZARR_CHUNK_KEY_MAX], path[1400];
-            zm_zarr_chunk_key(a->node->meta.rank, w.coords, chunk, sizeof chunk);
-            snprintf(path, sizeof path, "%s/%s/%s", a->key, a->store_path, chunk);
+            char path[1400];
+            chunk_place(a->key, a->store_path, a->node, c, &w, path, sizeof path);
             zm_cache_ref ref;
             if (file_in_cache(t, view, a->stats, path, &w, &ref, &err) != 0)
                 break;
@@ -1178,14 +1200,21 @@ static void *encode_ahead(void *context)
     return NULL;
 }
 
+/* An array's values unencoded: what a walk of it holds. */
+static uint64_t array_raw_bytes(const zm_store_node *node)
+{
+    uint64_t raw = node->value_size;
+    for (unsigned d = 0; d < node->meta.rank; d++)
+        raw *= node->meta.shape[d];
+    return raw;
+}
+
 static void start_ahead(zm_tree *t, const char *key, const place *w)
 {
     const zm_store_node *node = w->node;
-    uint64_t chunks = 1, raw = node->value_size;
-    for (unsigned d = 0; d < node->meta.rank; d++) {
+    uint64_t chunks = 1, raw = array_raw_bytes(node);
+    for (unsigned d = 0; d < node->meta.rank; d++)
         chunks *= node->grid[d];
-        raw *= node->meta.shape[d];
-    }
     /* Only arrays made by a walk (or, with a disk cache, filed by one: its
      * chunks are then read from the disk ahead of the reader), and only
      * what the cache can hold encoded (taken as half the raw size, a low
@@ -1335,52 +1364,39 @@ typedef struct ahead_array {
 } ahead_array;
 
 /* Every array of the view's store with at least one chunk, with its path. */
+struct array_list {
+    ahead_array *items;
+    size_t count, capacity;
+};
+
+static int collect_array(void *context, const zm_store_node *node, const char *path)
+{
+    struct array_list *list = context;
+    uint64_t chunks = 1;
+    for (unsigned d = 0; d < node->meta.rank; d++)
+        chunks *= node->grid[d];
+    if (chunks == 0 || (node->meta.rank > 0 && node->meta.shape[0] == 0))
+        return 0;
+    if (list->count == list->capacity) {
+        size_t capacity = list->capacity ? list->capacity * 2 : 32;
+        ahead_array *grown = realloc(list->items, capacity * sizeof *grown);
+        if (grown == NULL)
+            return 1; /* the arrays so far */
+        list->items = grown;
+        list->capacity = capacity;
+    }
+    ahead_array *a = &list->items[list->count++];
+    *a = (ahead_array){.node = node, .chunks = chunks};
+    snprintf(a->path, sizeof a->path, "%s", path);
+    return 0;
+}
+
 static ahead_array *ahead_arrays(zm_view *view, size_t *count)
 {
-    struct frame {
-        const zm_store_node *node;
-        size_t child;
-        size_t length;
-    } stack[64];
-    char current[1024] = "";
-    ahead_array *list = NULL;
-    size_t n = 0, capacity = 0;
-    int depth = 0;
-    stack[0] = (struct frame){zm_view_root(view), 0, 0};
-    while (depth >= 0) {
-        struct frame *f = &stack[depth];
-        if (f->child == f->node->child_count) {
-            depth--;
-            continue;
-        }
-        const zm_store_node *c = f->node->children[f->child++];
-        size_t length = f->length;
-        int w = snprintf(current + length, sizeof current - length, "%s%s", length ? "/" : "", c->name);
-        if (w < 0 || (size_t)w >= sizeof current - length)
-            continue;
-        if (!c->is_array) {
-            if (depth + 1 < 64)
-                stack[++depth] = (struct frame){c, 0, length + (size_t)w};
-            continue;
-        }
-        uint64_t chunks = 1;
-        for (unsigned d = 0; d < c->meta.rank; d++)
-            chunks *= c->grid[d];
-        if (chunks == 0 || (c->meta.rank > 0 && c->meta.shape[0] == 0))
-            continue;
-        if (n == capacity) {
-            capacity = capacity ? capacity * 2 : 32;
-            ahead_array *grown = realloc(list, capacity * sizeof *grown);
-            if (grown == NULL)
-                break;
-            list = grown;
-        }
-        list[n] = (ahead_array){.node = c, .chunks = chunks};
-        snprintf(list[n].path, sizeof list[n].path, "%s", current);
-        n++;
-    }
-    *count = n;
-    return list;
+    struct array_list list = {0};
+    each_array(view, collect_array, &list);
+    *count = list.count;
+    return list.items;
 }
 
 /* Where the next chunk of an array lies in priority order: the share of
@@ -1409,10 +1425,7 @@ static int ahead_may_walk(zm_view *view, const zm_store_node *node, uint64_t roo
         return 1; /* walked already: its chunks are cut, not gathered */
     if (node->producer == ZM_PRODUCE_CELL_STRINGS)
         return 0;
-    uint64_t raw = node->value_size;
-    for (unsigned d = 0; d < node->meta.rank; d++)
-        raw *= node->meta.shape[d];
-    return raw <= room;
+    return array_raw_bytes(node) <= room;
 }
 
 static void set_idle_priority(int idle)
@@ -1479,19 +1492,9 @@ static int ahead_run(zm_tree *t, view_stats *vs, zm_view *view)
                 continue; /* look at idleness again first */
             }
         }
-        uint64_t c = a->next++;
         place w;
-        memset(&w, 0, sizeof w);
-        w.node = a->node;
-        w.file = F_CHUNK;
-        for (int d = (int)a->node->meta.rank - 1; d >= 0; d--) {
-            w.coords[d] = c % a->node->grid[d];
-            c /= a->node->grid[d];
-        }
-        snprintf(w.store_path, sizeof w.store_path, "%s", a->path);
-        char chunk[ZM_ZARR_CHUNK_KEY_MAX], path[1400];
-        zm_zarr_chunk_key(a->node->meta.rank, w.coords, chunk, sizeof chunk);
-        snprintf(path, sizeof path, "%s/%s/%s", vs->key, a->path, chunk);
+        char path[1400];
+        chunk_place(vs->key, a->path, a->node, a->next++, &w, path, sizeof path);
         /* Back to idle priority if a reader raised it for the last chunk. */
         if (!vs->ahead_background) {
             set_idle_priority(1);

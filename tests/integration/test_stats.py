@@ -88,18 +88,22 @@ def mounted(source, *options):
         log.close()
 
 
+def read_to_end(fd):
+    data = b""
+    while True:
+        piece = os.read(fd, 1 << 20)
+        if not piece:
+            return data
+        data += piece
+
+
 def stats(point):
     """One snapshot: the file read whole through one descriptor, whose fstat
     size must be exactly what was read."""
     fd = os.open(os.path.join(point, ".zarrmount/stats.json"), os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-        data = b""
-        while True:
-            piece = os.read(fd, 1 << 20)
-            if not piece:
-                break
-            data += piece
+        data = read_to_end(fd)
     finally:
         os.close(fd)
     if size != len(data):
@@ -118,13 +122,7 @@ def reread_from_daemon(path):
     fd = os.open(path, os.O_RDONLY)
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        data = b""
-        while True:
-            piece = os.read(fd, 1 << 20)
-            if not piece:
-                break
-            data += piece
-        return data
+        return read_to_end(fd)
     finally:
         os.close(fd)
 
