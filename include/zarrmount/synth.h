@@ -23,4 +23,18 @@ int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coo
  * (per-cell values of a reordered view, in more than one chunk). */
 int zm_synth_walks(const zm_view *view, const zm_store_node *node);
 
+/* What walks may hold in memory at once, for the whole process (default
+ * 256 MiB). A walk that does not fit in what is left goes to a spill file
+ * in batches ($ZM_SPILL_DIR, $TMPDIR, else /var/tmp): the daemon then holds
+ * one batch (about 64 MiB) of it, not the array. */
+void zm_synth_set_walk_memory(uint64_t bytes);
+/* Walks of the process so far. */
+typedef struct zm_synth_walk_stats {
+    uint64_t held_bytes;   /* held in memory now */
+    uint64_t limit_bytes;  /* what they may hold */
+    uint64_t spilled;      /* walks made in batches through a spill file */
+    uint64_t spilled_bytes;
+} zm_synth_walk_stats;
+void zm_synth_get_walk_stats(zm_synth_walk_stats *out);
+
 #endif

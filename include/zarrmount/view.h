@@ -170,7 +170,9 @@ typedef struct zm_view_sparse_info {
 } zm_view_sparse_info;
 int zm_view_sparse_get(zm_view *view, zm_view_sparse *sparse, zm_view_sparse_info *info,
                        zm_err *err);
-/* obsp: the view position of each source cell, or -1 (not kept). */
-const int64_t *zm_view_inverse(zm_view *view, zm_err *err);
+/* The view position of each source cell, or ZM_VIEW_NOT_KEPT: 4 bytes a
+ * source cell, made on first use. */
+#define ZM_VIEW_NOT_KEPT UINT32_MAX
+const uint32_t *zm_view_inverse(zm_view *view, zm_err *err);
 
 #endif

@@ -26,7 +26,10 @@
 #include "zarrmount/view.h"
 #include "zarrmount/zarr.h"
 
-#define DEFAULT_FILE_CACHE_BYTES (512u << 20)
+/* What the daemon keeps in memory for reuse (-o cache_size): half for
+ * synthesized files, a quarter for decoded source chunks, a quarter for
+ * walks (larger walks are spilled to disk in batches). */
+#define DEFAULT_MEMORY_BYTES ((uint64_t)1 << 30)
 #define MAX_VIEWS 32
 /* Synthesis ahead stops when a view has been idle this long. */
 #define DEFAULT_AHEAD_IDLE_SECONDS 5.0
@@ -859,9 +862,20 @@ struct disk_job {
     size_t size;
 };
 
-/* What may wait in memory to be filed; past it, a chunk is not filed (it
- * is made again by a later mount that needs it). */
-#define DISK_QUEUE_BYTES ((uint64_t)256 << 20)
+/* What may wait in memory to be filed; past it, the thread that made a
+ * chunk files it itself (a write to the page cache: far less than making
+ * the chunk took), so that memory stays bounded and nothing is lost. */
+#define DISK_QUEUE_BYTES ((uint64_t)64 << 20)
+
+static void file_now(zm_tree *t, const char *key, const uint8_t *bytes, size_t size)
+{
+    zm_err why;
+    zm_err_clear(&why);
+    if (zm_disk_put(t->disk, t->disk_space, key, bytes, size, &why) != 0 &&
+        atomic_exchange(&t->disk_failed, 1) == 0)
+        zm__log(LOG_WARNING, "the disk cache could not keep a chunk (%s): serving goes on "
+                "from memory and the source", why.reason);
+}
 
 static void queue_for_disk(zm_tree *t, const char *key, const uint8_t *bytes, size_t size)
 {
@@ -869,7 +883,8 @@ static void queue_for_disk(zm_tree *t, const char *key, const uint8_t *bytes, si
     char *copy = strdup(key);
     uint8_t *data = malloc(size ? size : 1);
     pthread_mutex_lock(&t->disk_mutex);
-    int room = !t->disk_stop && t->disk_writing && t->disk_queued + size <= DISK_QUEUE_BYTES;
+    int writing = !t->disk_stop && t->disk_writing;
+    int room = writing && t->disk_queued + size <= DISK_QUEUE_BYTES;
     if (room && job && copy && data) {
         memcpy(data, bytes, size);
         *job = (struct disk_job){NULL, copy, data, size};
@@ -885,6 +900,8 @@ static void queue_for_disk(zm_tree *t, const char *key, const uint8_t *bytes, si
         pthread_cond_signal(&t->disk_wake);
     }
     pthread_mutex_unlock(&t->disk_mutex);
+    if (writing && !room)
+        file_now(t, key, bytes, size);
     free(job);
     free(copy);
     free(data);
@@ -907,12 +924,7 @@ static void *disk_writer(void *context)
         if (t->disk_head == NULL)
             t->disk_tail = NULL;
         pthread_mutex_unlock(&t->disk_mutex);
-        zm_err why;
-        zm_err_clear(&why);
-        if (zm_disk_put(t->disk, t->disk_space, job->key, job->bytes, job->size, &why) != 0 &&
-            atomic_exchange(&t->disk_failed, 1) == 0)
-            zm__log(LOG_WARNING, "the disk cache could not keep a chunk (%s): serving goes on "
-                    "from memory and the source", why.reason);
+        file_now(t, job->key, job->bytes, job->size);
         pthread_mutex_lock(&t->disk_mutex);
         t->disk_queued -= job->size;
         free(job->key);
@@ -1847,6 +1859,14 @@ static json_t *stats_document(zm_tree *t, uint64_t serial)
                   "misses", (json_int_t)s.cache_misses, "evictions", (json_int_t)s.cache_evictions,
                   "bytesHeld", (json_int_t)s.cache_bytes));
 
+    zm_synth_walk_stats ws;
+    zm_synth_get_walk_stats(&ws);
+    json_object_set_new(sum, "walks",
+                        json_pack("{s:I, s:I, s:I, s:I}", "heldBytes", (json_int_t)ws.held_bytes,
+                                  "limitBytes", (json_int_t)ws.limit_bytes, "spilled",
+                                  (json_int_t)ws.spilled, "spilledBytes",
+                                  (json_int_t)ws.spilled_bytes));
+
     work works[WORKS_SHOWN];
     size_t work_count = list_works(t, works, WORKS_SHOWN, 1);
     json_t *running = json_array(), *recent = json_array();
@@ -2460,7 +2480,9 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     t->more_views.key = "(more views)";
     t->source_path = strdup(options->source);
     t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : (1u << 20);
-    t->cache_bytes = options->cache_bytes ? options->cache_bytes : DEFAULT_FILE_CACHE_BYTES;
+    uint64_t memory = options->cache_bytes ? options->cache_bytes : DEFAULT_MEMORY_BYTES;
+    t->cache_bytes = memory / 2 ? memory / 2 : 1;
+    zm_synth_set_walk_memory(memory / 4);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     t->ahead_threads = cores > 1 ? (unsigned)cores : 1;
     double idle = options->ahead_idle_seconds < 0 ? DEFAULT_AHEAD_IDLE_SECONDS : options->ahead_idle_seconds;
@@ -2471,7 +2493,8 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
         rc = zm_codec_parse(options->codec, &t->codec, err);
     else
         t->codec = zm_codec_default();
-    zm_source_options so = {.threads = options->threads};
+    zm_source_options so = {.threads = options->threads,
+                            .chunk_cache_bytes = memory / 4 ? (size_t)(memory / 4) : 1};
     if (rc == 0)
         rc = zm_source_open(options->source, &so, &t->source, err);
     if (rc == 0)
@@ -2479,8 +2502,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     if (rc == 0)
         open_disk(t, options);
     if (rc == 0)
-        rc = zm_cache_create(options->cache_bytes ? options->cache_bytes : DEFAULT_FILE_CACHE_BYTES,
-                             &t->files);
+        rc = zm_cache_create(t->cache_bytes, &t->files);
     if (rc == 0) {
         t->identity = *zm_source_get_identity(t->source);
         char codec[64];
@@ -2495,7 +2517,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
             "defaultBlockSize", "blockSize", (json_int_t)t->b0.block_size, "rule", t->b0.rule,
             "element", t->b0.element, "options", "codec", codec, "chunkBytes",
             (json_int_t)t->chunk_bytes, "cacheBytes",
-            (json_int_t)(options->cache_bytes ? options->cache_bytes : DEFAULT_FILE_CACHE_BYTES));
+            (json_int_t)memory);
         char *text = info ? json_dumps(info, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
         json_decref(info);
         if (text == NULL)

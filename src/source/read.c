@@ -1121,6 +1121,62 @@ int zm_array_read_strings(zm_source *source, const zm_array *const_array, const 
     return rc;
 }
 
+/* Rows of strings read through HDF5 at once, at most: variable-length
+ * strings come back as one allocation each, so a whole column of an atlas
+ * in one read would hold ten million of them at once. */
+#define STRING_SPAN_ROWS ((uint64_t)1 << 18)
+
+/* The strings of rows [span.start, span.end), read in spans of at most
+ * STRING_SPAN_ROWS rows, appended one after another. */
+static int read_span_strings(zm_source *source, zm_array *array, zm_range span, uint64_t per_row,
+                             zm_strings *out, zm_err *err)
+{
+    if (span.end - span.start <= STRING_SPAN_ROWS)
+        return zm__h5_read_strings(source, array, &span, 1, out, err);
+    memset(out, 0, sizeof *out);
+    uint64_t items = (span.end - span.start) * per_row;
+    size_t capacity = 1 << 20, used = 0;
+    out->offsets = malloc((items + 1) * sizeof *out->offsets);
+    out->bytes = malloc(capacity);
+    if (out->offsets == NULL || out->bytes == NULL) {
+        zm_strings_free(out);
+        return zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
+    }
+    int rc = 0;
+    for (uint64_t at = span.start; rc == 0 && at < span.end; at += STRING_SPAN_ROWS) {
+        zm_range part = {at, span.end - at < STRING_SPAN_ROWS ? span.end : at + STRING_SPAN_ROWS};
+        zm_strings piece;
+        rc = zm__h5_read_strings(source, array, &part, 1, &piece, err);
+        if (rc != 0)
+            break;
+        size_t n = piece.offsets[piece.count];
+        if (used + n + 1 > capacity) {
+            while (used + n + 1 > capacity)
+                capacity *= 2;
+            char *grown = realloc(out->bytes, capacity);
+            if (grown == NULL) {
+                zm_strings_free(&piece);
+                rc = zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
+                break;
+            }
+            out->bytes = grown;
+        }
+        memcpy(out->bytes + used, piece.bytes, n);
+        for (size_t i = 0; i < piece.count; i++)
+            out->offsets[out->count + i] = used + piece.offsets[i];
+        out->count += piece.count;
+        used += n;
+        zm_strings_free(&piece);
+    }
+    if (rc != 0) {
+        zm_strings_free(out);
+        return rc;
+    }
+    out->offsets[out->count] = used;
+    out->bytes[used] = '\0';
+    return 0;
+}
+
 static int read_strings_raw(zm_source *source, zm_array *array, const uint64_t *rows,
                             size_t count, zm_strings *out, zm_err *err)
 {
@@ -1143,6 +1199,8 @@ static int read_strings_raw(zm_source *source, zm_array *array, const uint64_t *
         free(every);
         return rc;
     }
+    if (rows == NULL && array->storage_rank > 0)
+        return read_span_strings(source, array, (zm_range){0, row_count(array)}, per_row, out, err);
     if (rows == NULL)
         return zm__h5_read_strings(source, array, NULL, 0, out, err);
     if (count > MANY_RANGES) {
@@ -1153,7 +1211,7 @@ static int read_strings_raw(zm_source *source, zm_array *array, const uint64_t *
         zm_strings all;
         int rc = check_ranges(array, &span, 1, err);
         if (rc == 0)
-            rc = zm__h5_read_strings(source, array, &span, 1, &all, err);
+            rc = read_span_strings(source, array, span, per_row, &all, err);
         if (rc != 0)
             return rc;
         uint64_t *shifted = malloc(count * sizeof *shifted);

@@ -1,7 +1,9 @@
 /* The bytes of one chunk of a view's store. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,18 +12,56 @@
 
 #include "zarrmount/synth.h"
 
-/* A whole per-cell array of a reordered view, gathered in one pass. The
- * values live in an unlinked temporary file mapped in memory: the kernel
- * keeps what fits in its page cache and writes the rest to disk, so a walk
- * of an atlas-sized view never holds the array in our own memory. */
+/* A whole per-cell array of a reordered view, gathered in one pass.
+ *
+ * Held one of two ways. In memory (anonymous pages), while the walks held so
+ * fit what the mount gives walks (zm_synth_set_walk_memory): chunks are then
+ * cut from it where they lie. Spilled, above that: the pass goes over the
+ * source in batches of rows in file order, each batch read into a staging
+ * buffer, sorted by the chunk its rows land in and appended to that chunk's
+ * region of an unlinked temporary file (one pwrite a region a batch). A
+ * region holds its chunk's bytes in source order; cutting a chunk reads its
+ * region back and puts each row in place (its rows in source order are the
+ * order they arrived in). The daemon then holds a batch, not the array. */
 struct zm_walk {
     pthread_mutex_t mutex;
     int state;      /* 0 not made, 1 made, −errno failed */
     zm_err err;
-    uint8_t *bytes; /* the array's values, unpadded, C order */
-    size_t size;
+    uint8_t *bytes; /* in memory: the array's values, unpadded, C order */
+    size_t size;    /* the array's bytes */
+    int claimed;    /* bytes counts in the memory held by walks */
+    int fd;         /* spilled: the temporary file (−1: not spilled) */
+    uint64_t row_bytes; /* bytes of one index along dimension 0 */
     zm_strings strings; /* a per-cell string array: every source value, read once */
 };
+
+/* What walks may hold in memory at once, and hold now. */
+static _Atomic uint64_t walk_memory_limit = (uint64_t)256 << 20;
+static _Atomic uint64_t walk_memory_held;
+static _Atomic uint64_t walks_spilled, walks_spilled_bytes;
+
+void zm_synth_set_walk_memory(uint64_t bytes)
+{
+    atomic_store(&walk_memory_limit, bytes);
+}
+
+void zm_synth_get_walk_stats(zm_synth_walk_stats *out)
+{
+    out->held_bytes = atomic_load(&walk_memory_held);
+    out->limit_bytes = atomic_load(&walk_memory_limit);
+    out->spilled = atomic_load(&walks_spilled);
+    out->spilled_bytes = atomic_load(&walks_spilled_bytes);
+}
+
+static int claim_walk_memory(uint64_t size)
+{
+    uint64_t held = atomic_load(&walk_memory_held);
+    do {
+        if (held + size > atomic_load(&walk_memory_limit))
+            return 0;
+    } while (!atomic_compare_exchange_weak(&walk_memory_held, &held, held + size));
+    return 1;
+}
 
 static pthread_mutex_t walks_mutex = PTHREAD_MUTEX_INITIALIZER;
 
@@ -31,6 +71,10 @@ void zm__walk_free(struct zm_walk *walk)
         return;
     if (walk->bytes != NULL && walk->size > 0)
         munmap(walk->bytes, walk->size);
+    if (walk->claimed)
+        atomic_fetch_sub(&walk_memory_held, walk->size);
+    if (walk->fd >= 0)
+        close(walk->fd);
     zm_strings_free(&walk->strings);
     pthread_mutex_destroy(&walk->mutex);
     free(walk);
@@ -49,6 +93,23 @@ static const char *spill_directory(void)
  * spill file the kernel can write out. */
 #define WALK_MEMORY_BYTES ((size_t)1 << 30)
 
+/* An unlinked temporary file in the spill directory, or −1. */
+static int spill_file(zm_err *err)
+{
+    const char *dir = spill_directory();
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/zarrmount-walk-XXXXXX", dir);
+        fd = mkostemp(path, O_CLOEXEC);
+        if (fd >= 0)
+            unlink(path);
+    }
+    if (fd < 0)
+        zm_err_set(err, -errno, "cannot make a spill file in %s: %s", dir, strerror(errno));
+    return fd;
+}
+
 static uint8_t *spill_map(size_t size, zm_err *err)
 {
     if (size <= WALK_MEMORY_BYTES) {
@@ -60,21 +121,12 @@ static uint8_t *spill_map(size_t size, zm_err *err)
         if (map != MAP_FAILED)
             return map;
     }
-    const char *dir = spill_directory();
-    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/zarrmount-walk-XXXXXX", dir);
-        fd = mkostemp(path, O_CLOEXEC);
-        if (fd >= 0)
-            unlink(path);
-    }
-    if (fd < 0) {
-        zm_err_set(err, -errno, "cannot make a spill file in %s: %s", dir, strerror(errno));
+    int fd = spill_file(err);
+    if (fd < 0)
         return NULL;
-    }
     if (ftruncate(fd, (off_t)size) != 0) {
-        zm_err_set(err, -errno, "cannot size a %zu-byte spill file in %s: %s", size, dir, strerror(errno));
+        zm_err_set(err, -errno, "cannot size a %zu-byte spill file in %s: %s", size,
+                   spill_directory(), strerror(errno));
         close(fd);
         return NULL;
     }
@@ -85,6 +137,38 @@ static uint8_t *spill_map(size_t size, zm_err *err)
         return NULL;
     }
     return map;
+}
+
+static int write_all(int fd, const uint8_t *bytes, size_t size, uint64_t offset, zm_err *err)
+{
+    while (size > 0) {
+        ssize_t n = pwrite(fd, bytes, size, (off_t)offset);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return zm_err_set(err, n < 0 ? -errno : -EIO, "cannot write a spill file in %s: %s",
+                              spill_directory(), n < 0 ? strerror(errno) : "nothing written");
+        bytes += n;
+        size -= (size_t)n;
+        offset += (uint64_t)n;
+    }
+    return 0;
+}
+
+static int read_all(int fd, uint8_t *bytes, size_t size, uint64_t offset, zm_err *err)
+{
+    while (size > 0) {
+        ssize_t n = pread(fd, bytes, size, (off_t)offset);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return zm_err_set(err, n < 0 ? -errno : -EIO, "cannot read back a spill file: %s",
+                              n < 0 ? strerror(errno) : "it ends early");
+        bytes += n;
+        size -= (size_t)n;
+        offset += (uint64_t)n;
+    }
+    return 0;
 }
 
 typedef struct pair {
@@ -147,12 +231,12 @@ static pair *sorted_rows(const zm_view *view, uint64_t from, uint64_t to)
         /* Every row of the view (a walk): the inverse map lists them in
          * source order in O(n), no sort. */
         zm_err err;
-        const int64_t *inverse = zm_view_inverse((zm_view *)view, &err);
+        const uint32_t *inverse = zm_view_inverse((zm_view *)view, &err);
         if (inverse != NULL) {
             uint64_t n = zm_source_n_obs(zm_view_source(view)), at = 0;
             for (uint64_t p = 0; p < n; p++)
-                if (inverse[p] >= 0)
-                    pairs[at++] = (pair){p, (uint64_t)inverse[p]};
+                if (inverse[p] != ZM_VIEW_NOT_KEPT)
+                    pairs[at++] = (pair){p, inverse[p]};
             return pairs;
         }
     }
@@ -177,7 +261,7 @@ static int cell_rows(zm_view *view, const zm_array *array, uint64_t from, uint64
     uint64_t *slots = malloc(count * sizeof *slots);
     int rc = rows && slots ? 0 : zm_err_set(err, -ENOMEM, "out of memory gathering rows");
     pair *pairs = NULL;
-    const int64_t *inverse = NULL;
+    const uint32_t *inverse = NULL;
     zm_err ignored;
     if (rc == 0 && from == 0 && to == zm_view_rows(view) && to > 4096 &&
         (inverse = zm_view_inverse(view, &ignored)) != NULL) {
@@ -186,9 +270,9 @@ static int cell_rows(zm_view *view, const zm_array *array, uint64_t from, uint64
          * between: at atlas scale they were a third of a walk's memory). */
         uint64_t n = zm_source_n_obs(zm_view_source(view)), at = 0;
         for (uint64_t p = 0; p < n && at < count; p++)
-            if (inverse[p] >= 0) {
+            if (inverse[p] != ZM_VIEW_NOT_KEPT) {
                 rows[at] = p;
-                slots[at++] = (uint64_t)inverse[p];
+                slots[at++] = inverse[p];
             }
     } else if (rc == 0) {
         pairs = sorted_rows(view, from, to);
@@ -219,8 +303,10 @@ static int walk_of(zm_view *view, const zm_store_node *node, struct zm_walk **ou
     pthread_mutex_lock(&walks_mutex);
     if (n->walk == NULL) {
         n->walk = calloc(1, sizeof *n->walk);
-        if (n->walk)
+        if (n->walk) {
             pthread_mutex_init(&n->walk->mutex, NULL);
+            n->walk->fd = -1;
+        }
     }
     struct zm_walk *w = n->walk;
     pthread_mutex_unlock(&walks_mutex);
@@ -412,7 +498,7 @@ static int entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, 
 
     /* Cells along the minor axis too (obsp; CSC of per-cell matrices): each
      * major's entries filtered to kept cells, renumbered, ascending. */
-    const int64_t *inverse = zm_view_inverse(view, err);
+    const uint32_t *inverse = zm_view_inverse(view, err);
     if (inverse == NULL)
         return -ENOMEM;
     const zm_array_info *index_info = zm_array_describe(e->indices);
@@ -450,8 +536,8 @@ static int entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, 
     for (uint64_t i = 0; rc == 0 && i < majors; i++) {
         uint64_t n = ranges[i].end - ranges[i].start, kept = 0;
         for (uint64_t j = 0; j < n; j++) {
-            int64_t v = inverse[get_index(indices + (at + j) * index_size, index_size)];
-            if (v >= 0)
+            uint32_t v = inverse[get_index(indices + (at + j) * index_size, index_size)];
+            if (v != ZM_VIEW_NOT_KEPT)
                 row[kept++] = (entry){v, at + j};
         }
         qsort(row, kept, sizeof *row, by_index);
@@ -598,8 +684,239 @@ int zm_synth_walks(const zm_view *view, const zm_store_node *node)
     return 0;
 }
 
+/* A spilled walk's batches: at most this many rows, and staging of at most
+ * this many bytes (unless one row alone is larger). */
+#define SPILL_BATCH_ROWS ((size_t)1 << 20)
+#define SPILL_BATCH_BYTES ((size_t)32 << 20)
+
+/* Whether a walk of this array can be spilled: values of a cell are one
+ * run of bytes in the array (per-cell rows, or a matrix's entries when only
+ * its rows are cells). */
+static int can_spill(zm_view *view, const zm_store_node *node)
+{
+    if (node->producer == ZM_PRODUCE_CELL_ROWS)
+        return !node->cell_columns;
+    if (node->producer != ZM_PRODUCE_ENTRIES)
+        return 0;
+    zm_view_sparse_info s;
+    zm_err err;
+    return zm_view_sparse_get(view, node->sparse, &s, &err) == 0 && s.per_cell_rows &&
+           !s.per_cell_columns;
+}
+
+/* Where the values of view row v lie in the array, in bytes. */
+static void row_extent(const struct zm_walk *w, const zm_view_sparse_info *s, size_t value_size,
+                       uint64_t v, uint64_t *start, uint64_t *end)
+{
+    if (s != NULL) {
+        *start = (uint64_t)s->indptr[v] * value_size;
+        *end = (uint64_t)s->indptr[v + 1] * value_size;
+    } else {
+        *start = v * w->row_bytes;
+        *end = *start + w->row_bytes;
+    }
+}
+
+/* The pass of a walk in batches of source rows in file order: into its
+ * place in memory (w->bytes), or spilled (see struct zm_walk). Either way
+ * the row lists are a batch's, not the array's. */
+static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w)
+{
+    int spill = w->bytes == NULL;
+    zm_err *err = &w->err;
+    zm_source *source = zm_view_source(view);
+    zm_view_sparse_info sparse, *s = NULL;
+    if (node->producer == ZM_PRODUCE_ENTRIES) {
+        int rc = zm_view_sparse_get(view, node->sparse, &sparse, err);
+        if (rc != 0)
+            return rc;
+        s = &sparse;
+    }
+    const uint32_t *inverse = zm_view_inverse(view, err);
+    if (inverse == NULL)
+        return -ENOMEM;
+    size_t value_size = node->value_size;
+    uint64_t region = node->meta.chunks[0] * w->row_bytes, regions = node->grid[0];
+    if (spill && (w->fd = spill_file(err)) < 0)
+        return err->code;
+    size_t capacity = spill ? SPILL_BATCH_BYTES : SIZE_MAX;
+    uint64_t *rows = malloc(SPILL_BATCH_ROWS * sizeof *rows);
+    uint64_t *dest = malloc(SPILL_BATCH_ROWS * sizeof *dest);
+    zm_range *ranges = s ? malloc(SPILL_BATCH_ROWS * sizeof *ranges) : NULL;
+    uint64_t *filled = spill ? calloc(regions, sizeof *filled) : NULL;
+    uint64_t *counts = spill ? malloc(regions * sizeof *counts) : NULL;
+    uint64_t *at = spill ? malloc(regions * sizeof *at) : NULL;
+    uint8_t *staging = spill ? malloc(capacity) : NULL, *sorted = spill ? malloc(capacity) : NULL;
+    int rc = rows && dest && (ranges || !s) && (!spill || (filled && counts && at && staging && sorted))
+                 ? 0
+                 : zm_err_set(err, -ENOMEM, "out of memory for a walk");
+    uint64_t n = zm_source_n_obs(source), p = 0;
+    while (rc == 0 && p < n) {
+        /* The next batch: kept source rows in file order. */
+        size_t count = 0;
+        uint64_t bytes = 0;
+        for (; p < n && count < SPILL_BATCH_ROWS; p++) {
+            if (inverse[p] == ZM_VIEW_NOT_KEPT)
+                continue;
+            uint64_t length = s ? (uint64_t)(s->source_indptr[p + 1] - s->source_indptr[p]) * value_size
+                                : w->row_bytes;
+            if (count > 0 && bytes + length > capacity)
+                break;
+            rows[count] = p;
+            if (spill)
+                dest[count] = s ? bytes / value_size : count;
+            else
+                dest[count] = s ? (uint64_t)s->indptr[inverse[p]] : inverse[p];
+            if (s)
+                ranges[count] = (zm_range){(uint64_t)s->source_indptr[p], (uint64_t)s->source_indptr[p + 1]};
+            count++;
+            bytes += length;
+        }
+        if (count == 0)
+            break;
+        if (!spill) { /* each row straight into its place */
+            rc = s ? zm_array_scatter_ranges(source, node->source, ranges, dest, count, w->bytes,
+                                             ZM_READ_PASS, err)
+                   : zm_array_scatter_rows(source, node->source, rows, dest, count, w->bytes,
+                                           ZM_READ_PASS, err);
+            continue;
+        }
+        if (bytes > capacity) { /* one row larger than a batch */
+            uint8_t *a = realloc(staging, bytes), *b = a ? realloc(sorted, bytes) : NULL;
+            staging = a ? a : staging;
+            sorted = b ? b : sorted;
+            if (!a || !b) {
+                rc = zm_err_set(err, -ENOMEM, "out of memory for a %" PRIu64 "-byte row", bytes);
+                break;
+            }
+            capacity = bytes;
+        }
+        rc = s ? zm_array_scatter_ranges(source, node->source, ranges, dest, count, staging,
+                                         ZM_READ_PASS, err)
+               : zm_array_scatter_rows(source, node->source, rows, dest, count, staging,
+                                       ZM_READ_PASS, err);
+        if (rc != 0)
+            break;
+        /* Sorted by region, in file order within each (a counting sort),
+         * rows across a region's edge split in two. */
+        memset(counts, 0, regions * sizeof *counts);
+        for (int copy = 0; copy < 2; copy++) {
+            uint64_t from = 0;
+            for (size_t i = 0; i < count; i++) {
+                uint64_t a, b;
+                row_extent(w, s, value_size, inverse[rows[i]], &a, &b);
+                while (a < b) {
+                    uint64_t c = a / region, end = (c + 1) * region < b ? (c + 1) * region : b;
+                    if (copy) {
+                        memcpy(sorted + at[c], staging + from, end - a);
+                        at[c] += end - a;
+                    } else {
+                        counts[c] += end - a;
+                    }
+                    from += end - a;
+                    a = end;
+                }
+            }
+            if (!copy)
+                for (uint64_t c = 0, sum = 0; c < regions; c++) {
+                    at[c] = sum;
+                    sum += counts[c];
+                }
+        }
+        for (uint64_t c = 0; rc == 0 && c < regions; c++) {
+            if (counts[c] == 0)
+                continue;
+            if (filled[c] + counts[c] > region) {
+                rc = zm_err_set(err, -EIO, "internal error: chunk %" PRIu64 " of a spilled walk overflows",
+                                c);
+                break;
+            }
+            rc = write_all(w->fd, sorted + at[c] - counts[c], counts[c], c * region + filled[c], err);
+            filled[c] += counts[c];
+        }
+    }
+    /* Every region holds its chunk's bytes. */
+    for (uint64_t c = 0; rc == 0 && spill && c < regions; c++) {
+        uint64_t expect = w->size - c * region < region ? w->size - c * region : region;
+        if (filled[c] != expect)
+            rc = zm_err_set(err, -EIO, "internal error: chunk %" PRIu64 " of a spilled walk holds %"
+                            PRIu64 " bytes, not %" PRIu64, c, filled[c], expect);
+    }
+    free(rows);
+    free(dest);
+    free(ranges);
+    free(filled);
+    free(counts);
+    free(at);
+    free(staging);
+    free(sorted);
+    if (rc != 0 && w->fd >= 0) {
+        close(w->fd);
+        w->fd = -1;
+    }
+    if (rc == 0 && spill) {
+        atomic_fetch_add(&walks_spilled, 1);
+        atomic_fetch_add(&walks_spilled_bytes, w->size);
+    }
+    return rc;
+}
+
+/* Rows [from, to) (along dimension 0) of a spilled walk into out: the
+ * chunk's region read back, each view row put in place in source order. */
+static int cut_spilled(zm_view *view, const zm_store_node *node, struct zm_walk *w, uint64_t from,
+                       uint64_t to, uint8_t *out, zm_err *err)
+{
+    zm_view_sparse_info sparse, *s = NULL;
+    if (node->producer == ZM_PRODUCE_ENTRIES) {
+        int rc = zm_view_sparse_get(view, node->sparse, &sparse, err);
+        if (rc != 0)
+            return rc;
+        s = &sparse;
+    }
+    uint64_t a0 = from * w->row_bytes, a1 = to * w->row_bytes, length = a1 - a0;
+    if (length == 0)
+        return 0;
+    /* The view rows with values in [from, to). */
+    uint64_t first = from, last = to;
+    if (s != NULL) {
+        uint64_t lo = 0, hi = s->rows;
+        while (lo < hi) { /* the first row ending past from */
+            uint64_t mid = lo + (hi - lo) / 2;
+            if ((uint64_t)s->indptr[mid + 1] <= from)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        first = last = lo;
+        while (last < s->rows && (uint64_t)s->indptr[last] < to)
+            last++;
+    }
+    uint8_t *region = malloc(length);
+    pair *pairs = last > first ? sorted_rows(view, first, last) : NULL;
+    int rc = region && (pairs || last == first) ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = read_all(w->fd, region, length, a0, err);
+    uint64_t taken = 0;
+    for (uint64_t i = 0; rc == 0 && i < last - first; i++) {
+        uint64_t a, b;
+        row_extent(w, s, node->value_size, first + pairs[i].slot, &a, &b);
+        a = a < a0 ? a0 : a;
+        b = b > a1 ? a1 : b;
+        if (b <= a)
+            continue;
+        memcpy(out + (a - a0), region + taken, b - a);
+        taken += b - a;
+    }
+    if (rc == 0 && taken != length)
+        rc = zm_err_set(err, -EIO, "internal error: a spilled chunk of %" PRIu64
+                        " bytes gave back %" PRIu64, length, taken);
+    free(region);
+    free(pairs);
+    return rc;
+}
+
 /* Gathers the whole array: strings as they are stored (picked per chunk),
- * numbers in view order into a mapped buffer. */
+ * numbers in view order, in memory or spilled. */
 static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w)
 {
     if (node->producer == ZM_PRODUCE_CELL_STRINGS)
@@ -608,14 +925,26 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
     uint64_t per_row = node->value_size;
     for (unsigned d = 1; d < node->meta.rank; d++)
         per_row *= node->meta.shape[d];
+    w->row_bytes = per_row;
     w->size = (size_t)(node->meta.shape[0] * per_row);
-    w->bytes = w->size ? spill_map(w->size, &w->err) : NULL;
-    int rc = w->size && w->bytes == NULL ? w->err.code : 0;
-    if (rc == 0 && w->size)
-        rc = fill_chunk(view, node, 0, node->meta.shape[0], w->bytes, &w->err);
+    if (w->size == 0)
+        return 0;
+    w->claimed = claim_walk_memory(w->size);
+    int batches = can_spill(view, node);
+    if (!w->claimed && batches)
+        return batch_walk(view, node, w);
+    w->bytes = spill_map(w->size, &w->err);
+    int rc = w->bytes == NULL ? w->err.code : 0;
+    if (rc == 0)
+        rc = batches ? batch_walk(view, node, w)
+                     : fill_chunk(view, node, 0, node->meta.shape[0], w->bytes, &w->err);
     if (rc != 0 && w->bytes) {
         munmap(w->bytes, w->size);
         w->bytes = NULL;
+    }
+    if (rc != 0 && w->claimed) {
+        atomic_fetch_sub(&walk_memory_held, w->size);
+        w->claimed = 0;
     }
     return rc;
 }
@@ -658,12 +987,14 @@ int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coo
     }
 
     size_t bytes = (size_t)(chunk_rows * per_row_values * node->value_size);
-    if (borrowed && to - from == chunk_rows && bytes > 0 && zm_synth_walks(view, node)) {
-        /* A whole chunk of a walk: its rows lie in the walk as they are. */
-        struct zm_walk *w = NULL;
+    struct zm_walk *w = NULL;
+    if (zm_synth_walks(view, node)) {
         int rc = walk_of(view, node, &w, err);
         if (rc != 0)
             return rc;
+    }
+    if (w != NULL && w->bytes != NULL && borrowed && to - from == chunk_rows && bytes > 0) {
+        /* A whole chunk of a walk in memory: its rows lie there as they are. */
         *raw = w->bytes + from * per_row_values * node->value_size;
         *raw_size = bytes;
         *borrowed = 1;
@@ -672,14 +1003,13 @@ int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coo
     uint8_t *out = calloc(bytes ? bytes : 1, 1); /* zero: the fill value */
     if (out == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory for a %zu-byte chunk", bytes);
-    int rc;
-    if (zm_synth_walks(view, node)) {
-        struct zm_walk *w = NULL;
-        rc = walk_of(view, node, &w, err);
-        if (rc == 0) {
-            uint64_t row_bytes = per_row_values * node->value_size;
+    int rc = 0;
+    if (w != NULL && w->fd >= 0) {
+        rc = cut_spilled(view, node, w, from, to, out, err);
+    } else if (w != NULL) {
+        uint64_t row_bytes = per_row_values * node->value_size;
+        if (w->bytes != NULL)
             memcpy(out, w->bytes + from * row_bytes, (to - from) * row_bytes);
-        }
     } else {
         rc = fill_chunk(view, node, from, to, out, err);
     }

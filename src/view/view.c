@@ -27,7 +27,7 @@ struct zm_view {
     char digest[17];
     zm_store_node *root;
     pthread_mutex_t mutex;
-    int64_t *inverse;    /* source row → view row or −1, made when first needed */
+    uint32_t *inverse;   /* source row → view row or ZM_VIEW_NOT_KEPT, made when first needed */
     zm_view_sparse **sparses;
     size_t sparse_count;
 };
@@ -91,17 +91,17 @@ const zm_store_node *zm_view_find(const zm_view *view, const char *path)
     return node;
 }
 
-const int64_t *zm_view_inverse(zm_view *view, zm_err *err)
+const uint32_t *zm_view_inverse(zm_view *view, zm_err *err)
 {
     pthread_mutex_lock(&view->mutex);
     if (view->inverse == NULL) {
         uint64_t n = zm_source_n_obs(view->source);
-        int64_t *inverse = malloc((n ? n : 1) * sizeof *inverse);
+        uint32_t *inverse = malloc((n ? n : 1) * sizeof *inverse);
         if (inverse != NULL) {
             for (uint64_t p = 0; p < n; p++)
-                inverse[p] = -1;
+                inverse[p] = ZM_VIEW_NOT_KEPT;
             for (uint64_t i = 0; i < view->rows; i++)
-                inverse[view->order[i]] = (int64_t)i;
+                inverse[view->order[i]] = (uint32_t)i;
         }
         view->inverse = inverse;
     }
@@ -362,7 +362,7 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
     s->indptr = rc != 0 ? NULL : same ? s->source_indptr : malloc((s->majors + 1) * sizeof *s->indptr);
     if (rc == 0 && s->indptr == NULL)
         rc = zm_err_set(err, -ENOMEM, "out of memory laying out %s", e->path);
-    const int64_t *inverse = NULL;
+    const uint32_t *inverse = NULL;
     if (rc == 0 && s->minor_is_cell && (inverse = zm_view_inverse(view, err)) == NULL)
         rc = -ENOMEM;
     if (rc == 0 && !same) {
@@ -382,7 +382,7 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
                 kept = 0;
                 for (int64_t j = 0; rc == 0 && j < to - from; j++) {
                     int64_t index = info->dtype.size == 4 ? ((int32_t *)raw)[j] : ((int64_t *)raw)[j];
-                    kept += inverse[index] >= 0;
+                    kept += inverse[index] != ZM_VIEW_NOT_KEPT;
                 }
                 free(raw);
             }

@@ -333,6 +333,33 @@ def check_walk(path, h5, label):
               delta(view(s5, key), view(s4, key), "chunksSynthesized") == 0, (view(s4, key), view(s5, key)))
 
 
+def check_spilled_walk(path, h5, label):
+    """Walks beyond what walks may hold in memory (a quarter of cache_size)
+    go through a spill file in batches: the same bytes as walks held in
+    memory, for the whole source and for a subsample."""
+    keys = ("full", "uniform/seed1/k=30")
+    options = (f"chunk_size={CHUNK_BYTES}", "cache_dir=none", "ahead_idle=0")
+    with mounted(path, *options) as point:
+        held = {key: tree_digest(os.path.join(point, key)) for key in keys}
+        s_held = stats(point)
+    with mounted(path, *options, "cache_size=1K") as point:
+        spilled = {key: tree_digest(os.path.join(point, key)) for key in keys}
+        s_spilled = stats(point)
+    check(f"{label}: walks are held in memory by default (none spilled)",
+          s_held["total"]["walks"]["spilled"] == 0 and s_held["total"]["walks"]["heldBytes"] > 0,
+          s_held["total"]["walks"])
+    check(f"{label}: with cache_size=1K walks are spilled, none held "
+          "(limit a quarter: 256 bytes)",
+          s_spilled["total"]["walks"]["spilled"] > 0 and
+          s_spilled["total"]["walks"]["heldBytes"] <= 256 and
+          s_spilled["total"]["walks"]["limitBytes"] == 256, s_spilled["total"]["walks"])
+    for key in keys:
+        differ = sorted(name for name in held[key] if spilled[key].get(name) != held[key][name])
+        check(f"{label}: {key}: every file the same, walks spilled or held "
+              f"({len(held[key])} files)",
+              not differ and held[key].keys() == spilled[key].keys(), differ[:5])
+
+
 def check_snapshots_and_cli(point, label):
     a, b = stats(point), stats(point)
     check(f"{label}: every open of stats.json is a new snapshot", b["snapshot"] > a["snapshot"],
@@ -495,12 +522,13 @@ def check_ahead():
               done["chunksSynthesized"] <= final["chunksSynthesized"] <= done["chunksSynthesized"] + strings,
               f"{done['chunksSynthesized']} -> {final['chunksSynthesized']} ({strings} string chunks)")
 
-    # Bounded by the cache: at most half of a 16 KiB file cache (and a chunk).
+    # Bounded by the cache: cache_size=16K gives files 8 KiB, and the worker
+    # at most half of that (and a chunk).
     with mounted(path, small, "cache_size=16K", "ahead_idle=30") as point:
         read_file(os.path.join(point, key, ".zattrs"))
         bound = wait_for(point, key, lambda a: a.get("state") not in (None, "running"), "stopping")
         check("ahead: it stops at its share of the file cache",
-              bound["ahead"]["state"] == "stopped: cache bound" and 8 * 1024 <= bound["ahead"]["bytes"] < 8 * 1024 + 4096,
+              bound["ahead"]["state"] == "stopped: cache bound" and 4 * 1024 <= bound["ahead"]["bytes"] < 4 * 1024 + 4096,
               bound["ahead"])
 
     for option in ("ahead_idle=-1", "ahead_idle=soon", "ahead_rate=1e9x"):
@@ -517,7 +545,7 @@ def main():
     for path in SOURCES:
         label = os.path.relpath(path, ROOT)
         with h5py.File(path, "r") as h5:
-            for test in (check_file_view, check_walk):
+            for test in (check_file_view, check_walk, check_spilled_walk):
                 try:
                     test(path, h5, label)
                 except Exception:  # noqa: BLE001
