@@ -550,6 +550,14 @@ def main():
                     test(path, h5, label)
                 except Exception:  # noqa: BLE001
                     check(f"{label}: {test.__name__}", False, traceback.format_exc(limit=4))
+    # Spilled walks of the other layouts: loom (genes × cells, read across)
+    # and 10x (CSC of genes: its cells are columns).
+    for name in ("loom/full.loom", "10x/v3-two-feature-types.h5"):
+        path = os.path.join(ROOT, "fixtures/sources", name)
+        try:
+            check_spilled_walk(path, None, name)
+        except Exception:  # noqa: BLE001
+            check(f"{name}: check_spilled_walk", False, traceback.format_exc(limit=4))
     check_cli_refusals()
     print(f"1..{len(results)}")
     for i, (ok, name, detail) in enumerate(results, 1):
