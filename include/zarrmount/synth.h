@@ -22,6 +22,9 @@ int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coo
 /* Whether an array's chunks are cut from a one-pass walk of all of it
  * (per-cell values of a reordered view, in more than one chunk). */
 int zm_synth_walks(const zm_view *view, const zm_store_node *node);
+/* Whether a walk of the array was begun (made, being made, or failed):
+ * safe to ask from any thread. */
+int zm_synth_walk_started(const zm_store_node *node);
 
 /* What walks may hold in memory at once, for the whole process (default
  * 256 MiB). A walk that does not fit in what is left goes to a spill file

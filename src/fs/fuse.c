@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1376,6 +1377,13 @@ static const char *zm__program_name(int argc, char **argv)
 
 int zm_fs_main(int argc, char **argv)
 {
+    /* Chunks are made and freed by the thousand, each up to a few MiB: kept
+     * on the heap (not a fresh mapping each, whose every page faults in
+     * zeroed) and not trimmed back after each, glibc's memory is reused.
+     * Measured: a fifth of the daemon's time on a walk from the disk cache
+     * was page faults of new chunk buffers. */
+    mallopt(M_MMAP_THRESHOLD, 8 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
     zm__fs fs;
     memset(&fs, 0, sizeof fs);
     pthread_mutex_init(&fs.handles_lock, NULL);

@@ -1142,7 +1142,7 @@ struct next_walk {
 static int find_next_walk(void *context, const zm_store_node *node, const char *path)
 {
     struct next_walk *s = context;
-    if (s->seen && node->walk == NULL && zm_synth_walks(s->view, node)) {
+    if (s->seen && !zm_synth_walk_started(node) && zm_synth_walks(s->view, node)) {
         s->found = node;
         snprintf(s->path, sizeof s->path, "%s", path);
         return 1;
@@ -1232,7 +1232,7 @@ static void start_ahead(zm_tree *t, const char *key, const place *w)
      * what the cache can hold encoded (taken as half the raw size, a low
      * estimate of what the codecs give on single-cell values); a larger
      * array is encoded as it is read. */
-    if (t->closing || t->codec.kind == ZM_CODEC_NONE || (node->walk == NULL && t->disk == NULL) ||
+    if (t->closing || t->codec.kind == ZM_CODEC_NONE || (!zm_synth_walk_started(node) && t->disk == NULL) ||
         chunks < 4 ||
         raw / 2 > t->cache_bytes)
         return;
@@ -1299,7 +1299,7 @@ static void *hand_on_early(void *context)
  * when the strings are done. */
 static void start_next_walk_early(zm_tree *t, zm_view *view, const char *key, const place *w)
 {
-    if (t->closing || w->file != F_CHUNK || w->node->walk != NULL ||
+    if (t->closing || w->file != F_CHUNK || zm_synth_walk_started(w->node) ||
         w->node->producer != ZM_PRODUCE_CELL_STRINGS || !zm_synth_walks(view, w->node))
         return;
     struct ahead *a = calloc(1, sizeof *a);
@@ -1343,7 +1343,7 @@ static int with_file(zm_tree *t, zm_view *view, view_stats *vs, const char *full
     ahead_raise(vs, w->node);
     int rc = file_in_cache(t, view, vs, full_path, w, ref, err);
     if (rc == 0 && key[0] &&
-        (w->node->walk != NULL || (t->disk != NULL && kept_on_disk(view, w->node))))
+        (zm_synth_walk_started(w->node) || (t->disk != NULL && kept_on_disk(view, w->node))))
         start_ahead(t, key, w);
     return rc;
 }
@@ -1433,7 +1433,7 @@ static int ahead_may_walk(zm_view *view, const zm_store_node *node, uint64_t roo
     if (!zm_synth_walks(view, node) && !(node->producer == ZM_PRODUCE_CELL_STRINGS &&
                                          !zm_view_is_identity(view) && node->meta.rank > 0))
         return 1;
-    if (__atomic_load_n(&((zm_store_node *)node)->walk, __ATOMIC_ACQUIRE) != NULL)
+    if (zm_synth_walk_started(node))
         return 1; /* walked already: its chunks are cut, not gathered */
     if (node->producer == ZM_PRODUCE_CELL_STRINGS)
         return 0;

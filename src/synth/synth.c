@@ -301,14 +301,16 @@ static int walk_of(zm_view *view, const zm_store_node *node, struct zm_walk **ou
 {
     zm_store_node *n = (zm_store_node *)node;
     pthread_mutex_lock(&walks_mutex);
-    if (n->walk == NULL) {
-        n->walk = calloc(1, sizeof *n->walk);
-        if (n->walk) {
-            pthread_mutex_init(&n->walk->mutex, NULL);
-            n->walk->fd = -1;
+    struct zm_walk *w = n->walk;
+    if (w == NULL) {
+        w = calloc(1, sizeof *w);
+        if (w) {
+            pthread_mutex_init(&w->mutex, NULL);
+            w->fd = -1;
+            /* Others see it (zm_synth_walk_started) without walks_mutex. */
+            __atomic_store_n(&n->walk, w, __ATOMIC_RELEASE);
         }
     }
-    struct zm_walk *w = n->walk;
     pthread_mutex_unlock(&walks_mutex);
     if (w == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory");
@@ -669,6 +671,11 @@ static int fill_chunk(zm_view *view, const zm_store_node *node, uint64_t from, u
 /* Whether chunks of this array are cut from a one-pass gather of all of
  * it: per-cell values in a reordered view, in more than one chunk (each
  * chunk alone would touch nearly every source chunk). */
+int zm_synth_walk_started(const zm_store_node *node)
+{
+    return __atomic_load_n(&node->walk, __ATOMIC_ACQUIRE) != NULL;
+}
+
 int zm_synth_walks(const zm_view *view, const zm_store_node *node)
 {
     if (node->meta.rank == 0 || node->grid[0] < 2)

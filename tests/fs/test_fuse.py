@@ -665,7 +665,7 @@ def test_options():
     done = subprocess.run([BINARY, "--help"], capture_output=True, text=True, timeout=WAIT_SECONDS)
     text = " ".join(done.stdout.split())
     wanted = ["-f", "-d", "codec=", "chunk_size=", "cache_size=", "threads=", "allow_other", "-o ro", "--help",
-              "--version", "default 1M", "default 512M", "one per core",
+              "--version", "default 1M", "default 1G", "one per core",
               "default blosc:zstd:1, byte shuffle: fast to decode, compresses counts well; zarr's own default codec family",
               "fuse.zarrmount ro,allow_other 0 0"]
     missing = [w for w in wanted if w not in text]
