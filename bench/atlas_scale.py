@@ -29,6 +29,8 @@ values a cell at every n (1e5, 1e6, 1e7; written to --data-pc10), so that only n
      and a table with --out.
  (f) a second mount of the same file with the same disk cache walks full/ again from the disk
      cache; against the tmpfs copy of (c).  Target: >= 0.9x.
+ (m) memory: the daemon's peak on each walk of full/ against the default cache_size (1 GiB)
+     plus 8 bytes a cell plus 64 MiB.  Target: <= 1.
 
 Every mount starts with an empty private disk cache (cache_dir= under /var/tmp) except (f)'s
 two, which share one.  Prints PASS/MISS (or info), the numbers, the ratio and the target for
@@ -57,6 +59,7 @@ from benchlib import (PYTHON, drop_caches, leftover_mounts, mounted, python, rch
                       read_tree, tar_walk, vm_hwm)
 
 MiB = 2 ** 20
+CACHE_SIZE = 2 ** 30  # the mount's default cache_size
 
 # Read every chunk file of a tree, blosc-decompress it (keeping the filters' output: the bytes
 # the codec compressed), then time compressing all of them once with the same codec on THREADS
@@ -237,6 +240,15 @@ class Bench:
         self.results.append((item, ok, text))
         print(line, flush=True)
 
+    def memory_bound(self, nm, n, hwm):
+        """The issue's memory target for a walk of full/: the daemon's peak within the cache
+        (cache_size, 1 GiB by default: files, decoded source chunks and walks) plus 8 bytes a
+        cell plus a small constant (64 MiB)."""
+        bound = CACHE_SIZE + 8 * n + 64 * MiB
+        self.result("m", hwm <= bound,
+                    f"{nm}: walk of full/: daemon peak {hwm / MiB:.0f} MiB vs cache {CACHE_SIZE / MiB:.0f} MiB "
+                    f"+ 8 B x {n:,} cells + 64 MiB = {bound / MiB:.0f} MiB: ratio {hwm / bound:.2f} (target <= 1)")
+
     def info(self, source):
         if source not in self.infos:
             self.infos[source] = json.loads(subprocess.run(
@@ -308,7 +320,8 @@ class Bench:
                     f"to {comp['recompressed'] / MiB:.0f} MiB ({codecs}, "
                     f"{threads} threads) {comp['seconds']:.3f} s: ratio {ratio:.2f} (target <= 1.5)")
         self.result("a", None, f"{nm}: the walk's daemon read {src / MiB:.0f} MiB of the source's "
-                               f"{size / MiB:.0f} MiB, peak memory {hwm / MiB:.0f} MiB")
+                               f"{size / MiB:.0f} MiB")
+        self.memory_bound(nm, self.info(source)["nObs"], hwm)
         if shm_s is None:
             self.result("c", None, f"{nm}: full/ on tmpfs skipped: {why}")
         else:
@@ -506,6 +519,7 @@ class Bench:
                              "seconds": walk_s, "peak": hwm, "peer": None, "peer_peak": None})
         self.result("e", None, f"{nm}: n={n:,}: walk of full/ ({walked / MiB:.0f} MiB) {walk_s:.3f} s, "
                                f"daemon peak {hwm / MiB:.0f} MiB")
+        self.memory_bound(nm, n, hwm)
         for method in ("uniform", "blocks"):
             row = self.read_view(source, method, 0.01, series="n", peer=False)
             self.result("e", None, f"{nm}: n={n:,}: {method} 1% (k={row['k']:,}) read_zarr {row['seconds']:.3f} s, "

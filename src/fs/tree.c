@@ -865,7 +865,7 @@ struct disk_job {
 /* What may wait in memory to be filed; past it, the thread that made a
  * chunk files it itself (a write to the page cache: far less than making
  * the chunk took), so that memory stays bounded and nothing is lost. */
-#define DISK_QUEUE_BYTES ((uint64_t)64 << 20)
+#define DISK_QUEUE_BYTES ((uint64_t)16 << 20)
 
 static void file_now(zm_tree *t, const char *key, const uint8_t *bytes, size_t size)
 {

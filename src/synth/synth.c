@@ -33,6 +33,13 @@ struct zm_walk {
     int fd;         /* spilled: the temporary file (−1: not spilled) */
     uint64_t row_bytes; /* bytes of one index along dimension 0 */
     zm_strings strings; /* a per-cell string array: every source value, read once */
+    /* A spilled walk of strings: each chunk's records (item, length,
+     * bytes) in blocks of the spill file, the blocks of chunk c at
+     * block_at[c][0 .. block_count[c]), its last block block_fill[c] full. */
+    uint64_t **block_at;
+    uint32_t *block_count;
+    uint32_t *block_fill;
+    uint64_t chunk_count;
 };
 
 /* What walks may hold in memory at once, and hold now. */
@@ -73,6 +80,11 @@ void zm__walk_free(struct zm_walk *walk)
         munmap(walk->bytes, walk->size);
     if (walk->claimed)
         atomic_fetch_sub(&walk_memory_held, walk->size);
+    for (uint64_t c = 0; walk->block_at && c < walk->chunk_count; c++)
+        free(walk->block_at[c]);
+    free(walk->block_at);
+    free(walk->block_count);
+    free(walk->block_fill);
     if (walk->fd >= 0)
         close(walk->fd);
     zm_strings_free(&walk->strings);
@@ -330,6 +342,172 @@ static int walk_of(zm_view *view, const zm_store_node *node, struct zm_walk **ou
     return 0;
 }
 
+/* A spilled walk of strings: blocks of this size, a buffer a chunk. */
+#define STRING_BLOCK ((size_t)32 << 10)
+/* Source rows of strings read at once by a spilled walk. */
+#define STRING_BATCH_ROWS ((uint64_t)1 << 18)
+
+/* Bytes a string walk is taken to hold in memory for each value: its
+ * offset and a short string. Above what walks may hold, it is spilled. */
+#define STRING_WALK_BYTES_PER_VALUE 24
+
+static int put_block(struct zm_walk *w, uint64_t c, const uint8_t *bytes, size_t size,
+                     uint64_t *file_end, zm_err *err)
+{
+    uint64_t *grown = realloc(w->block_at[c], (w->block_count[c] + 1) * sizeof *grown);
+    if (grown == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory for a spilled walk of strings");
+    w->block_at[c] = grown;
+    int rc = write_all(w->fd, bytes, size, *file_end, err);
+    if (rc != 0)
+        return rc;
+    grown[w->block_count[c]++] = *file_end;
+    *file_end += STRING_BLOCK;
+    return 0;
+}
+
+/* The pass of a spilled walk of strings: source rows in file order, in
+ * batches; each value appended as a record (its item in the chunk, its
+ * length, its bytes) to its chunk's buffer, a full buffer written as one
+ * block of the spill file. The daemon holds a batch and a block a chunk. */
+static int spill_strings_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w)
+{
+    zm_err *err = &w->err;
+    zm_source *source = zm_view_source(view);
+    const uint32_t *inverse = zm_view_inverse(view, err);
+    if (inverse == NULL)
+        return -ENOMEM;
+    uint64_t per_row = 1;
+    for (unsigned d = 1; d < node->meta.rank; d++)
+        per_row *= node->meta.shape[d];
+    uint64_t chunk_rows = node->meta.chunks[0], chunks = node->grid[0];
+    w->chunk_count = chunks;
+    w->block_at = calloc(chunks, sizeof *w->block_at);
+    w->block_count = calloc(chunks, sizeof *w->block_count);
+    w->block_fill = calloc(chunks, sizeof *w->block_fill);
+    uint8_t **buffer = calloc(chunks, sizeof *buffer);
+    uint64_t *rows = malloc(STRING_BATCH_ROWS * sizeof *rows);
+    int rc = w->block_at && w->block_count && w->block_fill && buffer && rows
+                 ? 0
+                 : zm_err_set(err, -ENOMEM, "out of memory for a spilled walk of strings");
+    if (rc == 0 && (w->fd = spill_file(err)) < 0)
+        rc = err->code;
+    uint64_t n = zm_source_n_obs(source), file_end = 0;
+    for (uint64_t p0 = 0; rc == 0 && p0 < n; p0 += STRING_BATCH_ROWS) {
+        uint64_t p1 = n - p0 < STRING_BATCH_ROWS ? n : p0 + STRING_BATCH_ROWS;
+        size_t count = 0;
+        for (uint64_t p = p0; p < p1; p++)
+            if (inverse[p] != ZM_VIEW_NOT_KEPT)
+                rows[count++] = p;
+        if (count == 0)
+            continue;
+        zm_strings got;
+        rc = zm_array_read_strings(source, node->source, rows, count, &got, err);
+        for (size_t i = 0; rc == 0 && i < count; i++) {
+            uint64_t v = inverse[rows[i]], c = v / chunk_rows;
+            for (uint64_t j = 0; rc == 0 && j < per_row; j++) {
+                uint64_t g = i * per_row + j;
+                uint64_t length = got.offsets[g + 1] - got.offsets[g];
+                uint32_t head[2] = {(uint32_t)((v - c * chunk_rows) * per_row + j), (uint32_t)length};
+                if (length > UINT32_MAX) {
+                    rc = zm_err_set(err, -EFBIG, "a string of %" PRIu64 " bytes", length);
+                    break;
+                }
+                if (buffer[c] == NULL && (buffer[c] = malloc(STRING_BLOCK)) == NULL) {
+                    rc = zm_err_set(err, -ENOMEM, "out of memory for a spilled walk of strings");
+                    break;
+                }
+                /* The record, across as many blocks as it takes. */
+                const uint8_t *parts[2] = {(const uint8_t *)head, (const uint8_t *)got.bytes + got.offsets[g]};
+                uint64_t sizes[2] = {sizeof head, length};
+                for (int k = 0; rc == 0 && k < 2; k++) {
+                    uint64_t done = 0;
+                    while (rc == 0 && done < sizes[k]) {
+                        size_t room = STRING_BLOCK - w->block_fill[c];
+                        size_t take = sizes[k] - done < room ? (size_t)(sizes[k] - done) : room;
+                        memcpy(buffer[c] + w->block_fill[c], parts[k] + done, take);
+                        w->block_fill[c] += (uint32_t)take;
+                        done += take;
+                        if (w->block_fill[c] == STRING_BLOCK) {
+                            rc = put_block(w, c, buffer[c], STRING_BLOCK, &file_end, err);
+                            w->block_fill[c] = 0;
+                        }
+                    }
+                }
+            }
+        }
+        zm_strings_free(&got);
+    }
+    /* Each chunk's last, partly filled block. */
+    for (uint64_t c = 0; rc == 0 && c < chunks; c++)
+        if (w->block_fill[c] > 0)
+            rc = put_block(w, c, buffer[c], w->block_fill[c], &file_end, err);
+    for (uint64_t c = 0; buffer && c < chunks; c++)
+        free(buffer[c]);
+    free(buffer);
+    free(rows);
+    if (rc == 0) {
+        atomic_fetch_add(&walks_spilled, 1);
+        atomic_fetch_add(&walks_spilled_bytes, file_end);
+    }
+    return rc;
+}
+
+/* The strings of chunk c of a spilled walk, items in view order: offsets
+ * (items + 1) and bytes, malloc'd. Items no record names stay empty. */
+static int cut_spilled_strings(const struct zm_walk *w, uint64_t c, uint64_t items,
+                               uint64_t **offsets_out, char **bytes_out, zm_err *err)
+{
+    uint32_t blocks = w->block_count[c];
+    size_t stream_size = blocks == 0 ? 0 : (size_t)(blocks - 1) * STRING_BLOCK +
+                                                (w->block_fill[c] ? w->block_fill[c] : STRING_BLOCK);
+    uint8_t *stream = malloc(stream_size + 1);
+    uint64_t *start = calloc(items + 1, sizeof *start), *length = calloc(items + 1, sizeof *length);
+    int rc = stream && start && length ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
+    for (uint32_t b = 0; rc == 0 && b < blocks; b++) {
+        size_t size = b + 1 < blocks ? STRING_BLOCK : stream_size - (size_t)b * STRING_BLOCK;
+        rc = read_all(w->fd, stream + (size_t)b * STRING_BLOCK, size, w->block_at[c][b], err);
+    }
+    uint64_t total = 0;
+    for (size_t at = 0; rc == 0 && at < stream_size;) {
+        uint32_t head[2];
+        if (stream_size - at < sizeof head) {
+            rc = zm_err_set(err, -EIO, "internal error: a spilled walk of strings ends in a record");
+            break;
+        }
+        memcpy(head, stream + at, sizeof head);
+        at += sizeof head;
+        if (head[0] >= items || head[1] > stream_size - at) {
+            rc = zm_err_set(err, -EIO, "internal error: a spilled walk of strings names item %u of %"
+                            PRIu64, head[0], items);
+            break;
+        }
+        start[head[0]] = at;
+        length[head[0]] = head[1];
+        total += head[1];
+        at += head[1];
+    }
+    char *bytes = rc == 0 ? malloc(total + 1) : NULL;
+    if (rc == 0 && bytes == NULL)
+        rc = zm_err_set(err, -ENOMEM, "out of memory");
+    if (rc == 0) {
+        uint64_t at = 0;
+        for (uint64_t k = 0; k < items; k++) {
+            memcpy(bytes + at, stream + start[k], length[k]);
+            start[k] = at; /* now the offset in bytes */
+            at += length[k];
+        }
+        start[items] = at;
+        *offsets_out = start;
+        *bytes_out = bytes;
+        start = NULL;
+    }
+    free(stream);
+    free(start);
+    free(length);
+    return rc;
+}
+
 /* Strings of rows [from, to) (view order when per_cell), as vlen-utf8 of
  * `padded` rows (the rest empty). */
 static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from, uint64_t to,
@@ -339,6 +517,23 @@ static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from
     uint64_t per_row = 1;
     for (unsigned d = 1; d < node->meta.rank; d++)
         per_row *= node->meta.shape[d];
+    if (count > 0 && per_cell && node->grid[0] > 1) {
+        struct zm_walk *w = NULL;
+        int rc = walk_of(view, node, &w, err);
+        if (rc != 0)
+            return rc;
+        if (w->fd >= 0) { /* spilled: the chunk's records, already in view order */
+            uint64_t *offsets = NULL;
+            char *bytes = NULL;
+            rc = cut_spilled_strings(w, from / node->meta.chunks[0], padded * per_row, &offsets,
+                                     &bytes, err);
+            if (rc == 0)
+                rc = zm_vlen_utf8_encode(padded * per_row, offsets, bytes, raw, raw_size, err);
+            free(offsets);
+            free(bytes);
+            return rc;
+        }
+    }
     pair *pairs = per_cell ? sorted_rows(view, from, to) : NULL;
     uint64_t *rows = malloc((count ? count : 1) * sizeof *rows);
     int rc = rows && (!per_cell || pairs) ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
@@ -926,9 +1121,22 @@ static int cut_spilled(zm_view *view, const zm_store_node *node, struct zm_walk 
  * numbers in view order, in memory or spilled. */
 static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w)
 {
-    if (node->producer == ZM_PRODUCE_CELL_STRINGS)
-        return zm_array_read_strings(zm_view_source(view), node->source, NULL, 0, &w->strings,
-                                     &w->err);
+    if (node->producer == ZM_PRODUCE_CELL_STRINGS) {
+        uint64_t values = node->meta.shape[0];
+        for (unsigned d = 1; d < node->meta.rank; d++)
+            values *= node->meta.shape[d];
+        w->size = (size_t)(values * STRING_WALK_BYTES_PER_VALUE);
+        w->claimed = claim_walk_memory(w->size);
+        if (!w->claimed)
+            return spill_strings_walk(view, node, w);
+        int rc = zm_array_read_strings(zm_view_source(view), node->source, NULL, 0, &w->strings,
+                                       &w->err);
+        if (rc != 0) {
+            atomic_fetch_sub(&walk_memory_held, w->size);
+            w->claimed = 0;
+        }
+        return rc;
+    }
     uint64_t per_row = node->value_size;
     for (unsigned d = 1; d < node->meta.rank; d++)
         per_row *= node->meta.shape[d];
