@@ -177,6 +177,11 @@ Test(bad, codes_out_of_range)
     expect_read_fails("categorical-code-out-of-range.h5ad", "codes of obs/", "outside");
 }
 Test(bad, corrupt_deflate) { expect_read_fails("corrupt-deflate-chunk.h5ad", "/X/data: chunk", "deflate"); }
+/* HDF5 would read the missing heap object unchecked; the direct reader refuses. */
+Test(bad, corrupt_string_heap_id)
+{
+    expect_read_fails("corrupt-string-heap-id.h5ad", "/obs/_index", "lacks an object");
+}
 Test(bad, fletcher32) { expect_read_fails("fletcher32-mismatch.h5ad", "chunk", "fletcher32"); }
 
 /* A file that is not there, and a directory. */

@@ -438,6 +438,29 @@ static void set_reason(zm_array *array, const char *fmt, ...)
 }
 
 /* Maps an HDF5 type to the values reads return. */
+/* The file's address and length sizes and its base address, which heap ids
+ * of variable-length strings need; 0 if they are not ones vlen.c reads. */
+static int vlen_sizes(zm_array *array)
+{
+    hid_t file = H5Iget_file_id(array->dataset);
+    hid_t fcpl = file >= 0 ? H5Fget_create_plist(file) : H5I_INVALID_HID;
+    size_t sizeof_addr = 0, sizeof_size = 0;
+    hsize_t userblock = 0;
+    int ok = fcpl >= 0 && H5Pget_sizes(fcpl, &sizeof_addr, &sizeof_size) >= 0 &&
+             H5Pget_userblock(fcpl, &userblock) >= 0 &&
+             (sizeof_addr == 4 || sizeof_addr == 8) && (sizeof_size == 4 || sizeof_size == 8);
+    if (fcpl >= 0)
+        H5Pclose(fcpl);
+    if (file >= 0)
+        H5Fclose(file);
+    if (ok) {
+        array->sizeof_addr = (unsigned)sizeof_addr;
+        array->sizeof_size = (unsigned)sizeof_size;
+        array->base_address = userblock;
+    }
+    return ok;
+}
+
 static int classify(hid_t type, zm_dtype *dtype, int *big_endian, int *vlen, int *utf8)
 {
     *big_endian = 0;
@@ -627,7 +650,15 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
     } else if (layout == H5D_CONTIGUOUS) {
         array->info.layout = ZM_LAYOUT_CONTIGUOUS;
         haddr_t offset = H5Dget_offset(array->dataset);
-        if (!direct_type)
+        if (array->vlen_string && rank == 1 && field == NULL && !presented_transposed &&
+            offset != HADDR_UNDEF && vlen_sizes(array)) {
+            /* Heap ids in the dataset, bytes in the global heap: vlen.c. */
+            array->vlen_direct = 1;
+            array->contiguous_offset = offset;
+            array->info.file_offset = offset;
+            array->info.data_path = ZM_PATH_DIRECT;
+            set_reason(array, "variable-length strings, read from the global heap");
+        } else if (!direct_type)
             set_reason(array, array->vlen_string ? "variable-length strings" : "fixed-length strings");
         else if (presented_transposed)
             set_reason(array, "contiguous and presented transposed");

@@ -23,7 +23,7 @@ static uint64_t row_count(const zm_array *array)
 }
 
 /* pread until done: a short read means the file ends early. */
-static int read_exact(zm_source *source, uint64_t offset, void *buffer, size_t size,
+int zm__read_exact(zm_source *source, uint64_t offset, void *buffer, size_t size,
                       const zm_array *array, zm_err *err)
 {
     size_t done = 0;
@@ -218,14 +218,14 @@ static int decode_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint
                             array->file_path, (unsigned long long)chunk, stored,
                             (unsigned long long)raw_size);
         else
-            rc = read_exact(source, address, raw, raw_size, array, err);
+            rc = zm__read_exact(source, address, raw, raw_size, array, err);
     } else {
         uint8_t *packed = malloc(stored ? stored : 1);
         if (packed == NULL)
             rc = zm_err_set(err, -ENOMEM, "%s: out of memory for a %u-byte chunk", array->file_path,
                             stored);
         else
-            rc = read_exact(source, address, packed, stored, array, err);
+            rc = zm__read_exact(source, address, packed, stored, array, err);
         if (rc == 0) {
             zm_err inner;
             zm_err_clear(&inner);
@@ -365,7 +365,7 @@ struct stored_at {
 static int read_stored(void *context, size_t offset, void *buffer, size_t size, zm_err *err)
 {
     struct stored_at *at = context;
-    return read_exact(at->source, at->address + offset, buffer, size, at->array, err);
+    return zm__read_exact(at->source, at->address + offset, buffer, size, at->array, err);
 }
 
 /* Decodes the first `values` values of a 1-d chunk stored by deflate alone,
@@ -678,14 +678,14 @@ static int read_piece_counted(void *context, size_t index)
         /* Part of one range: straight into its place. */
         const zm_range *r = &c->ranges[p->first];
         uint8_t *dst = c->out + (c->out_row[p->first] + p->from - r->start) * row_bytes;
-        rc = read_exact(c->source, base + p->from * row_bytes, dst, (p->to - p->from) * row_bytes,
+        rc = zm__read_exact(c->source, base + p->from * row_bytes, dst, (p->to - p->from) * row_bytes,
                         array, &c->errors[index]);
         if (rc == 0 && array->info.big_endian)
             swap_bytes(dst, (p->to - p->from) * row_bytes / size, size);
         return rc;
     }
     uint8_t *span = malloc((p->to - p->from) * row_bytes);
-    rc = span ? read_exact(c->source, base + p->from * row_bytes, span, (p->to - p->from) * row_bytes,
+    rc = span ? zm__read_exact(c->source, base + p->from * row_bytes, span, (p->to - p->from) * row_bytes,
                            array, &c->errors[index])
               : zm_err_set(&c->errors[index], -ENOMEM, "out of memory reading %s", array->file_path);
     for (size_t i = p->first; rc == 0 && i < p->last; i++) {
@@ -1198,6 +1198,17 @@ static int read_strings_raw(zm_source *source, zm_array *array, const uint64_t *
         int rc = zm_strings_pick(&array->memory_strings, every, all_rows, per_row, out, err);
         free(every);
         return rc;
+    }
+    if (array->vlen_direct) {
+        /* Rows ascending and inside the array: their ids are read as they are. */
+        for (size_t i = 0; rows != NULL && i < count; i++)
+            if (rows[i] >= row_count(array) || (i > 0 && rows[i] <= rows[i - 1]))
+                return zm_err_set(err, -EINVAL, "%s: row %llu is out of order or past the end",
+                                  array->file_path, (unsigned long long)rows[i]);
+        int rc = zm__vlen_read(source, array, rows, rows ? count : row_count(array), out, err);
+        if (rc != -EAGAIN)
+            return rc;
+        /* A string holds a NUL, where HDF5's reading ends it: as HDF5 reads. */
     }
     if (rows == NULL && array->storage_rank > 0)
         return read_span_strings(source, array, (zm_range){0, row_count(array)}, per_row, out, err);

@@ -32,6 +32,11 @@ struct zm_array {
     char *field;           /* ZM_LAYOUT_FIELD: the compound member's name */
     size_t stored_size;    /* bytes per value on disk (fixed strings: their length) */
     int vlen_string;       /* variable-length strings */
+    /* Variable-length strings read by vlen.c: the file's address and length
+     * sizes and its base address (heap ids are relative to it). */
+    int vlen_direct;
+    unsigned sizeof_addr, sizeof_size;
+    uint64_t base_address;
     int string_is_utf8;
     int xml_unescape;      /* loom: strings hold XML entities (&amp; ...) */
 
@@ -100,6 +105,20 @@ const _Atomic int *zm__background_current(void);
 void zm__count_bytes(zm_source *source, uint64_t bytes);
 void zm__count_chunk(zm_source *source);
 void zm__count_hdf5_read(zm_source *source);
+/* pread of exactly size bytes (counted); a short read is EIO naming the
+ * array and the offset. */
+int zm__read_exact(zm_source *source, uint64_t offset, void *buffer, size_t size,
+                   const zm_array *array, zm_err *err);
+
+/* ---- Variable-length strings read directly (vlen.c) ------------------------ */
+
+/* Strings of a contiguous 1-d array of variable-length strings
+ * (array->vlen_direct): the rows given (ascending; NULL: rows [0, count)),
+ * their heap ids read from the dataset and their bytes from the global
+ * heap collections, in the pool, without HDF5. -EAGAIN: a string holds a
+ * NUL (HDF5's reading stops there; the caller reads through HDF5). */
+int zm__vlen_read(zm_source *source, zm_array *array, const uint64_t *rows, size_t count,
+                  zm_strings *out, zm_err *err);
 
 /* A pass being counted: begun by the thread that plans it, counted by
  * whichever threads read its parts, ended by the planner. NULL when there

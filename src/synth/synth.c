@@ -945,11 +945,18 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
     uint64_t *rows = malloc(SPILL_BATCH_ROWS * sizeof *rows);
     uint64_t *dest = malloc(SPILL_BATCH_ROWS * sizeof *dest);
     zm_range *ranges = s ? malloc(SPILL_BATCH_ROWS * sizeof *ranges) : NULL;
+    /* Spilled: where each row of the batch lies in the array, its length
+     * and the chunk it starts in (looked up once, in file order). */
+    uint64_t *where = spill ? malloc(SPILL_BATCH_ROWS * sizeof *where) : NULL;
+    uint64_t *lengths = spill ? malloc(SPILL_BATCH_ROWS * sizeof *lengths) : NULL;
+    uint32_t *chunk_of = spill ? malloc(SPILL_BATCH_ROWS * sizeof *chunk_of) : NULL;
+    double per_region = 1.0 / (double)region;
     uint64_t *filled = spill ? calloc(regions, sizeof *filled) : NULL;
     uint64_t *counts = spill ? malloc(regions * sizeof *counts) : NULL;
     uint64_t *at = spill ? malloc(regions * sizeof *at) : NULL;
     uint8_t *staging = spill ? malloc(capacity) : NULL, *sorted = spill ? malloc(capacity) : NULL;
-    int rc = rows && dest && (ranges || !s) && (!spill || (filled && counts && at && staging && sorted))
+    int rc = rows && dest && (ranges || !s) &&
+                     (!spill || (filled && counts && at && staging && sorted && where && lengths && chunk_of))
                  ? 0
                  : zm_err_set(err, -ENOMEM, "out of memory for a walk");
     uint64_t n = zm_source_n_obs(source), p = 0;
@@ -958,6 +965,9 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
         size_t count = 0;
         uint64_t bytes = 0;
         for (; p < n && count < SPILL_BATCH_ROWS; p++) {
+            /* The view's pointers are read in random order: ask ahead. */
+            if (s && p + 16 < n && inverse[p + 16] != ZM_VIEW_NOT_KEPT)
+                __builtin_prefetch(&s->indptr[inverse[p + 16]]);
             if (inverse[p] == ZM_VIEW_NOT_KEPT)
                 continue;
             uint64_t length = s ? (uint64_t)(s->source_indptr[p + 1] - s->source_indptr[p]) * value_size
@@ -965,9 +975,18 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
             if (count > 0 && bytes + length > capacity)
                 break;
             rows[count] = p;
-            if (spill)
+            if (spill) {
                 dest[count] = s ? bytes / value_size : count;
-            else
+                uint64_t a = s ? (uint64_t)s->indptr[inverse[p]] * value_size : inverse[p] * w->row_bytes;
+                uint64_t c = (uint64_t)((double)a * per_region);
+                while (c > 0 && c * region > a)
+                    c--;
+                while ((c + 1) * region <= a)
+                    c++;
+                where[count] = a;
+                lengths[count] = length;
+                chunk_of[count] = (uint32_t)c;
+            } else
                 dest[count] = s ? (uint64_t)s->indptr[inverse[p]] : inverse[p];
             if (s)
                 ranges[count] = (zm_range){(uint64_t)s->source_indptr[p], (uint64_t)s->source_indptr[p + 1]};
@@ -1005,10 +1024,19 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
         for (int copy = 0; copy < 2; copy++) {
             uint64_t from = 0;
             for (size_t i = 0; i < count; i++) {
-                uint64_t a, b;
-                row_extent(w, s, value_size, inverse[rows[i]], &a, &b);
-                while (a < b) {
-                    uint64_t c = a / region, end = (c + 1) * region < b ? (c + 1) * region : b;
+                uint64_t a = where[i], b = a + lengths[i], c = chunk_of[i];
+                if (b <= (c + 1) * region) { /* the row lies in one chunk: most do */
+                    if (copy) {
+                        memcpy(sorted + at[c], staging + from, b - a);
+                        at[c] += b - a;
+                    } else {
+                        counts[c] += b - a;
+                    }
+                    from += b - a;
+                    continue;
+                }
+                for (; a < b; c++) {
+                    uint64_t end = (c + 1) * region < b ? (c + 1) * region : b;
                     if (copy) {
                         memcpy(sorted + at[c], staging + from, end - a);
                         at[c] += end - a;
@@ -1047,6 +1075,9 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
     free(rows);
     free(dest);
     free(ranges);
+    free(where);
+    free(lengths);
+    free(chunk_of);
     free(filled);
     free(counts);
     free(at);
