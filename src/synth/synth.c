@@ -198,12 +198,23 @@ static int by_source(const void *a, const void *b)
  * 16-bit radix sort; a few with qsort. */
 static void sort_pairs(pair *pairs, uint64_t count)
 {
-    if (count < 1024) {
+    if (count < 256) {
         qsort(pairs, count, sizeof *pairs, by_source);
         return;
     }
+    /* Digits as wide as the largest source row needs, in passes of at most
+     * 11 bits: a chunk's rows of ten million cells sort in 3 passes of 8
+     * bits, with counts that fit in L1. */
+    uint64_t largest = 0;
+    for (uint64_t i = 0; i < count; i++)
+        largest = pairs[i].source > largest ? pairs[i].source : largest;
+    unsigned bits = 1;
+    while (bits < 64 && (largest >> bits) != 0)
+        bits++;
+    unsigned passes = (bits + 10) / 11, width = (bits + passes - 1) / passes;
+    size_t buckets = (size_t)1 << width;
     pair *other = malloc(count * sizeof *other);
-    size_t *counts = malloc(65536 * sizeof *counts);
+    size_t *counts = malloc(buckets * sizeof *counts);
     if (other == NULL || counts == NULL) {
         free(other);
         free(counts);
@@ -211,23 +222,24 @@ static void sort_pairs(pair *pairs, uint64_t count)
         return;
     }
     pair *from = pairs, *to = other;
-    for (unsigned shift = 0; shift < 32; shift += 16) {
-        memset(counts, 0, 65536 * sizeof *counts);
+    for (unsigned pass = 0, shift = 0; pass < passes; pass++, shift += width) {
+        memset(counts, 0, buckets * sizeof *counts);
         for (uint64_t i = 0; i < count; i++)
-            counts[(from[i].source >> shift) & 0xffff]++;
+            counts[(from[i].source >> shift) & (buckets - 1)]++;
         size_t at = 0;
-        for (size_t d = 0; d < 65536; d++) {
+        for (size_t d = 0; d < buckets; d++) {
             size_t c = counts[d];
             counts[d] = at;
             at += c;
         }
         for (uint64_t i = 0; i < count; i++)
-            to[counts[(from[i].source >> shift) & 0xffff]++] = from[i];
+            to[counts[(from[i].source >> shift) & (buckets - 1)]++] = from[i];
         pair *swap = from;
         from = to;
         to = swap;
     }
-    /* Two passes: the sorted pairs are back in pairs. */
+    if (from != pairs) /* an odd number of passes */
+        memcpy(pairs, from, count * sizeof *pairs);
     free(other);
     free(counts);
 }
@@ -1246,16 +1258,22 @@ int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coo
         *borrowed = 1;
         return 0;
     }
-    uint8_t *out = calloc(bytes ? bytes : 1, 1); /* zero: the fill value */
+    /* Zero is the fill value: a chunk cut from a walk has every row but its
+     * padding written, the others are made on zeros. */
+    uint64_t row_bytes = per_row_values * node->value_size;
+    uint8_t *out = w != NULL ? malloc(bytes ? bytes : 1) : calloc(bytes ? bytes : 1, 1);
     if (out == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory for a %zu-byte chunk", bytes);
+    if (w != NULL)
+        memset(out + (to - from) * row_bytes, 0, bytes - (to - from) * row_bytes);
     int rc = 0;
     if (w != NULL && w->fd >= 0) {
         rc = cut_spilled(view, node, w, from, to, out, err);
     } else if (w != NULL) {
-        uint64_t row_bytes = per_row_values * node->value_size;
         if (w->bytes != NULL)
             memcpy(out, w->bytes + from * row_bytes, (to - from) * row_bytes);
+        else
+            memset(out, 0, bytes);
     } else {
         rc = fill_chunk(view, node, from, to, out, err);
     }
