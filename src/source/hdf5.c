@@ -439,8 +439,9 @@ static void set_reason(zm_array *array, const char *fmt, ...)
 
 /* Maps an HDF5 type to the values reads return. */
 /* The file's address and length sizes and its base address, which heap ids
- * of variable-length strings need; 0 if they are not ones vlen.c reads. */
-static int vlen_sizes(zm_array *array)
+ * of variable-length strings (vlen.c) and chunk indexes (btree.c) need; 0
+ * if they are not ones those read. */
+static int file_sizes(zm_array *array)
 {
     hid_t file = H5Iget_file_id(array->dataset);
     hid_t fcpl = file >= 0 ? H5Fget_create_plist(file) : H5I_INVALID_HID;
@@ -651,7 +652,7 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
         array->info.layout = ZM_LAYOUT_CONTIGUOUS;
         haddr_t offset = H5Dget_offset(array->dataset);
         if (array->vlen_string && rank == 1 && field == NULL && !presented_transposed &&
-            offset != HADDR_UNDEF && vlen_sizes(array)) {
+            offset != HADDR_UNDEF && file_sizes(array)) {
             /* Heap ids in the dataset, bytes in the global heap: vlen.c. */
             array->vlen_direct = 1;
             array->contiguous_offset = offset;
@@ -680,6 +681,7 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
             array->grid[d] = chunk[d] ? (dims[d] + chunk[d] - 1) / chunk[d] : 0;
             array->chunk_count *= array->grid[d];
         }
+        (void)file_sizes(array);
         if (!direct_type)
             set_reason(array, array->vlen_string ? "variable-length strings" : "fixed-length strings");
         else if (unsupported)

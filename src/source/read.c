@@ -65,7 +65,8 @@ static void fill_values(uint8_t *bytes, size_t count, const zm_array *array)
 
 /* Makes sure the given chunks' addresses are known: the index's storage is
  * allocated once, and each chunk looked up the first time it is needed. */
-static int resolve_chunks(zm_array *array, const uint64_t *chunks, size_t count, zm_err *err)
+static int resolve_chunks(zm_source *source, zm_array *array, const uint64_t *chunks, size_t count,
+                          zm_err *err)
 {
     if (!array->index_allocated) {
         pthread_mutex_lock(&array->index_mutex);
@@ -77,6 +78,11 @@ static int resolve_chunks(zm_array *array, const uint64_t *chunks, size_t count,
             if (array->chunk_address && array->chunk_stored_size && array->chunk_filter_mask) {
                 for (uint64_t i = 0; i < n; i++)
                     array->chunk_address[i] = ZM__CHUNK_UNKNOWN;
+                /* The whole index at once where we can read it (HDF5 1.10
+                 * walks its index from the start for every lookup). */
+                zm_err ignored;
+                zm_err_clear(&ignored);
+                (void)zm__chunk_index_read(source, array, &ignored);
                 array->index_allocated = 1;
             } else {
                 free(array->chunk_address);
@@ -609,7 +615,7 @@ static int gather_chunked(zm_source *source, zm_array *array, const zm_range *ra
         }
     }
     free(positions);
-    rc = resolve_chunks(array, g.tasks, task_count, err);
+    rc = resolve_chunks(source, array, g.tasks, task_count, err);
     if (rc != 0) {
         free(g.tasks);
         free(g.errors);

@@ -110,6 +110,15 @@ void zm__count_hdf5_read(zm_source *source);
 int zm__read_exact(zm_source *source, uint64_t offset, void *buffer, size_t size,
                    const zm_array *array, zm_err *err);
 
+/* ---- A chunk index in one pass (btree.c) ------------------------------------ */
+
+/* Fills the array's chunk index (allocated, every entry unknown) from its
+ * version 1 B-tree in one pass: every chunk's address (absolute), stored
+ * size and filter mask, ZM__CHUNK_ABSENT for chunks never written.
+ * -ENOTSUP (the index left unknown) for any layout or index it does not
+ * read: HDF5 looks chunks up one by one then. */
+int zm__chunk_index_read(zm_source *source, zm_array *array, zm_err *err);
+
 /* ---- Variable-length strings read directly (vlen.c) ------------------------ */
 
 /* Strings of a contiguous 1-d array of variable-length strings

@@ -1,0 +1,129 @@
+/* The chunk index read in one pass (src/source/btree.c) against HDF5's own
+ * lookups, chunk by chunk, for every chunked array of every fixture and of
+ * the real files in ../shared/data. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../src/source/source_internal.h"
+
+static unsigned files_seen, arrays_read, arrays_left, chunks_compared;
+
+static int has_suffix(const char *name, const char *suffix)
+{
+    size_t n = strlen(name), m = strlen(suffix);
+    return n >= m && strcmp(name + n - m, suffix) == 0;
+}
+
+static void compare_array(const char *file, zm_source *source, zm_array *array)
+{
+    uint64_t n = array->chunk_count;
+    if (n == 0 || array->index_allocated)
+        return;
+    array->chunk_address = malloc(n * sizeof *array->chunk_address);
+    array->chunk_stored_size = calloc(n, sizeof *array->chunk_stored_size);
+    array->chunk_filter_mask = calloc(n, sizeof *array->chunk_filter_mask);
+    cr_assert(array->chunk_address && array->chunk_stored_size && array->chunk_filter_mask);
+    for (uint64_t i = 0; i < n; i++)
+        array->chunk_address[i] = ZM__CHUNK_UNKNOWN;
+    zm_err err;
+    zm_err_clear(&err);
+    int rc = zm__chunk_index_read(source, array, &err);
+    cr_expect(rc == 0 || rc == -ENOTSUP, "%s: %s: %d %s", file, array->file_path, rc, err.reason);
+    if (rc != 0) {
+        for (uint64_t i = 0; i < n; i++)
+            cr_expect_eq(array->chunk_address[i], ZM__CHUNK_UNKNOWN,
+                         "%s: %s: a refused index leaves every chunk unknown", file, array->file_path);
+        arrays_left++;
+    } else {
+        uint64_t *address = malloc(n * sizeof *address);
+        uint32_t *size = malloc(n * sizeof *size), *mask = malloc(n * sizeof *mask);
+        uint64_t *all = malloc(n * sizeof *all);
+        cr_assert(address && size && mask && all);
+        memcpy(address, array->chunk_address, n * sizeof *address);
+        memcpy(size, array->chunk_stored_size, n * sizeof *size);
+        memcpy(mask, array->chunk_filter_mask, n * sizeof *mask);
+        for (uint64_t i = 0; i < n; i++) {
+            array->chunk_address[i] = ZM__CHUNK_UNKNOWN;
+            all[i] = i;
+        }
+        zm__hdf5_lock();
+        rc = zm__h5_chunk_lookup(array, all, n, &err);
+        zm__hdf5_unlock();
+        cr_expect_eq(rc, 0, "%s: %s: HDF5's lookups: %s", file, array->file_path, err.reason);
+        for (uint64_t i = 0; rc == 0 && i < n; i++) {
+            cr_expect_eq(address[i], array->chunk_address[i], "%s: %s: chunk %llu's address", file,
+                         array->file_path, (unsigned long long)i);
+            if (address[i] != ZM__CHUNK_ABSENT) {
+                cr_expect_eq(size[i], array->chunk_stored_size[i], "%s: %s: chunk %llu's size", file,
+                             array->file_path, (unsigned long long)i);
+                cr_expect_eq(mask[i], array->chunk_filter_mask[i], "%s: %s: chunk %llu's mask", file,
+                             array->file_path, (unsigned long long)i);
+            }
+            chunks_compared++;
+        }
+        free(address);
+        free(size);
+        free(mask);
+        free(all);
+        arrays_read++;
+    }
+    /* Left allocated and filled by HDF5: the source frees it. */
+    array->index_allocated = 1;
+}
+
+static void compare_file(const char *path)
+{
+    zm_source *source;
+    zm_err err;
+    zm_err_clear(&err);
+    if (zm_source_open(path, NULL, &source, &err) != 0)
+        return; /* not a source (the bad ones are tested elsewhere) */
+    files_seen++;
+    for (size_t i = 0; i < source->array_count; i++)
+        if (source->arrays[i]->info.layout == ZM_LAYOUT_CHUNKED)
+            compare_array(path, source, source->arrays[i]);
+    zm_source_close(source);
+}
+
+static void compare_tree(const char *directory)
+{
+    DIR *dir = opendir(directory);
+    if (dir == NULL)
+        return;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (entry->d_name[0] == '.' || strcmp(entry->d_name, "bad") == 0)
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", directory, entry->d_name);
+        struct stat st;
+        if (stat(path, &st) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode))
+            compare_tree(path);
+        else if (has_suffix(path, ".h5ad") || has_suffix(path, ".h5") || has_suffix(path, ".loom"))
+            compare_file(path);
+    }
+    closedir(dir);
+}
+
+Test(chunk_index, one_pass_equals_hdf5s_lookups, .timeout = 600)
+{
+    const char *fixtures = getenv("ZM_FIXTURES_DIR");
+    const char *shared = getenv("ZM_SHARED_DATA");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/sources", fixtures ? fixtures : "fixtures");
+    compare_tree(path);
+    if (shared != NULL)
+        compare_tree(shared);
+    cr_log_info("%u files, %u arrays read in one pass (%u chunks compared), %u left to HDF5",
+                files_seen, arrays_read, chunks_compared, arrays_left);
+    cr_expect_gt(files_seen, 40, "the fixtures were found");
+    cr_expect_gt(arrays_read, 50, "most chunked arrays are read in one pass");
+    cr_expect_gt(arrays_left, 0, "version 4 layouts (layouts/) are left to HDF5");
+}
