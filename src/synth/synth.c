@@ -31,6 +31,7 @@ struct zm_walk {
     size_t size;    /* the array's bytes */
     int claimed;    /* bytes counts in the memory held by walks */
     int fd;         /* spilled: the temporary file (−1: not spilled) */
+    int in_order;   /* spilled with every value at its place (no regions) */
     uint64_t row_bytes; /* bytes of one index along dimension 0 */
     zm_strings strings; /* a per-cell string array: every source value, read once */
     /* A spilled walk of strings: each chunk's records (item, length,
@@ -58,6 +59,22 @@ void zm_synth_get_walk_stats(zm_synth_walk_stats *out)
     out->limit_bytes = atomic_load(&walk_memory_limit);
     out->spilled = atomic_load(&walks_spilled);
     out->spilled_bytes = atomic_load(&walks_spilled_bytes);
+}
+
+/* Batches of a walk: their buffer is at most 32 MiB and an eighth of what
+ * walks may hold (a small cache_size makes small batches, many of them);
+ * their rows at most a sixteenth of that many. */
+#define BATCH_BYTES_MAX ((uint64_t)32 << 20)
+static uint64_t batch_bytes(void)
+{
+    uint64_t bytes = atomic_load(&walk_memory_limit) / 8;
+    return bytes < 4096 ? 4096 : bytes > BATCH_BYTES_MAX ? BATCH_BYTES_MAX : bytes;
+}
+
+static uint64_t batch_rows(void)
+{
+    uint64_t rows = batch_bytes() / 16;
+    return rows < 64 ? 64 : rows;
 }
 
 static int claim_walk_memory(uint64_t size)
@@ -356,9 +373,6 @@ static int walk_of(zm_view *view, const zm_store_node *node, struct zm_walk **ou
 
 /* A spilled walk of strings: blocks of this size, a buffer a chunk. */
 #define STRING_BLOCK ((size_t)32 << 10)
-/* Source rows of strings read at once by a spilled walk. */
-#define STRING_BATCH_ROWS ((uint64_t)1 << 18)
-
 /* Bytes a string walk is taken to hold in memory for each value: its
  * offset and a short string. Above what walks may hold, it is spilled. */
 #define STRING_WALK_BYTES_PER_VALUE 24
@@ -398,15 +412,16 @@ static int spill_strings_walk(zm_view *view, const zm_store_node *node, struct z
     w->block_count = calloc(chunks, sizeof *w->block_count);
     w->block_fill = calloc(chunks, sizeof *w->block_fill);
     uint8_t **buffer = calloc(chunks, sizeof *buffer);
-    uint64_t *rows = malloc(STRING_BATCH_ROWS * sizeof *rows);
+    uint64_t batch = batch_rows() < ((uint64_t)1 << 18) ? batch_rows() : (uint64_t)1 << 18;
+    uint64_t *rows = malloc(batch * sizeof *rows);
     int rc = w->block_at && w->block_count && w->block_fill && buffer && rows
                  ? 0
                  : zm_err_set(err, -ENOMEM, "out of memory for a spilled walk of strings");
     if (rc == 0 && (w->fd = spill_file(err)) < 0)
         rc = err->code;
     uint64_t n = zm_source_n_obs(source), file_end = 0;
-    for (uint64_t p0 = 0; rc == 0 && p0 < n; p0 += STRING_BATCH_ROWS) {
-        uint64_t p1 = n - p0 < STRING_BATCH_ROWS ? n : p0 + STRING_BATCH_ROWS;
+    for (uint64_t p0 = 0; rc == 0 && p0 < n; p0 += batch) {
+        uint64_t p1 = n - p0 < batch ? n : p0 + batch;
         size_t count = 0;
         for (uint64_t p = p0; p < p1; p++)
             if (inverse[p] != ZM_VIEW_NOT_KEPT)
@@ -898,10 +913,6 @@ int zm_synth_walks(const zm_view *view, const zm_store_node *node)
     return 0;
 }
 
-/* A spilled walk's batches: at most this many rows, and staging of at most
- * this many bytes (unless one row alone is larger). */
-#define SPILL_BATCH_ROWS ((size_t)1 << 20)
-#define SPILL_BATCH_BYTES ((size_t)32 << 20)
 
 /* Whether a walk of this array can be spilled: values of a cell are one
  * run of bytes in the array (per-cell rows, or a matrix's entries when only
@@ -953,15 +964,16 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
     uint64_t region = node->meta.chunks[0] * w->row_bytes, regions = node->grid[0];
     if (spill && (w->fd = spill_file(err)) < 0)
         return err->code;
-    size_t capacity = spill ? SPILL_BATCH_BYTES : SIZE_MAX;
-    uint64_t *rows = malloc(SPILL_BATCH_ROWS * sizeof *rows);
-    uint64_t *dest = malloc(SPILL_BATCH_ROWS * sizeof *dest);
-    zm_range *ranges = s ? malloc(SPILL_BATCH_ROWS * sizeof *ranges) : NULL;
+    /* Taken once: a batch's rows and (spilled) bytes. */
+    size_t batch = (size_t)batch_rows(), capacity = spill ? (size_t)batch_bytes() : SIZE_MAX;
+    uint64_t *rows = malloc(batch * sizeof *rows);
+    uint64_t *dest = malloc(batch * sizeof *dest);
+    zm_range *ranges = s ? malloc(batch * sizeof *ranges) : NULL;
     /* Spilled: where each row of the batch lies in the array, its length
      * and the chunk it starts in (looked up once, in file order). */
-    uint64_t *where = spill ? malloc(SPILL_BATCH_ROWS * sizeof *where) : NULL;
-    uint64_t *lengths = spill ? malloc(SPILL_BATCH_ROWS * sizeof *lengths) : NULL;
-    uint32_t *chunk_of = spill ? malloc(SPILL_BATCH_ROWS * sizeof *chunk_of) : NULL;
+    uint64_t *where = spill ? malloc(batch * sizeof *where) : NULL;
+    uint64_t *lengths = spill ? malloc(batch * sizeof *lengths) : NULL;
+    uint32_t *chunk_of = spill ? malloc(batch * sizeof *chunk_of) : NULL;
     double per_region = 1.0 / (double)region;
     uint64_t *filled = spill ? calloc(regions, sizeof *filled) : NULL;
     uint64_t *counts = spill ? malloc(regions * sizeof *counts) : NULL;
@@ -976,7 +988,7 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
         /* The next batch: kept source rows in file order. */
         size_t count = 0;
         uint64_t bytes = 0;
-        for (; p < n && count < SPILL_BATCH_ROWS; p++) {
+        for (; p < n && count < batch; p++) {
             /* The view's pointers are read in random order: ask ahead. */
             if (s && p + 16 < n && inverse[p + 16] != ZM_VIEW_NOT_KEPT)
                 __builtin_prefetch(&s->indptr[inverse[p + 16]]);
@@ -1160,6 +1172,82 @@ static int cut_spilled(zm_view *view, const zm_store_node *node, struct zm_walk 
     return rc;
 }
 
+/* Whether a walk is of a sparse matrix whose columns are cells too (obsp,
+ * or a CSC matrix of cells): its majors' entries are filtered and
+ * renumbered, so each major's run of the view is made from its source run
+ * as a whole (entries_chunk). */
+static int renumbered(zm_view *view, const zm_store_node *node)
+{
+    if (node->producer != ZM_PRODUCE_ENTRIES)
+        return 0;
+    zm_view_sparse_info s;
+    zm_err err;
+    return zm_view_sparse_get(view, node->sparse, &s, &err) == 0 && s.per_cell_columns;
+}
+
+/* The walk of a renumbered matrix in batches of the view's majors: each
+ * batch's entries are one run of the array (the view keeps a major's
+ * entries together, majors in order), made by entries_chunk into their
+ * place in memory (w->bytes) or written there in a spill file. The batches
+ * bound what a walk holds at once. A CSC matrix of cells (genes as majors,
+ * in source order) is one pass over the source; obsp (cells as majors, in
+ * view order) reads its source chunks again for each batch. */
+static int in_order_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w)
+{
+    zm_err *err = &w->err;
+    zm_view_sparse_info s;
+    int rc = zm_view_sparse_get(view, node->sparse, &s, err);
+    if (rc != 0)
+        return rc;
+    const uint32_t *order = zm_view_order(view);
+    size_t size = node->value_size;
+    int spill = w->bytes == NULL;
+    if (spill && (w->fd = spill_file(err)) < 0)
+        return err->code;
+    w->in_order = spill;
+    uint8_t *buffer = NULL;
+    size_t capacity = 0;
+    uint64_t limit = batch_bytes() / 4; /* source entries a batch takes */
+    for (uint64_t m0 = 0; rc == 0 && m0 < s.rows;) {
+        uint64_t m1 = m0, entries = 0;
+        while (m1 < s.rows && (m1 == m0 || entries < limit)) {
+            uint64_t source = s.per_cell_rows ? order[m1] : m1;
+            entries += (uint64_t)(s.source_indptr[source + 1] - s.source_indptr[source]);
+            m1++;
+        }
+        uint64_t e0 = (uint64_t)s.indptr[m0], e1 = (uint64_t)s.indptr[m1];
+        if (e1 > e0) {
+            uint8_t *out = w->bytes ? w->bytes + e0 * size : NULL;
+            if (out == NULL) {
+                if ((e1 - e0) * size > capacity) {
+                    uint8_t *grown = realloc(buffer, (e1 - e0) * size);
+                    if (grown == NULL) {
+                        rc = zm_err_set(err, -ENOMEM, "out of memory for a walk");
+                        break;
+                    }
+                    buffer = grown;
+                    capacity = (e1 - e0) * size;
+                }
+                out = buffer;
+            }
+            rc = entries_chunk(view, node, e0, e1, out, err);
+            if (rc == 0 && spill)
+                rc = write_all(w->fd, out, (e1 - e0) * size, e0 * size, err);
+        }
+        m0 = m1;
+    }
+    free(buffer);
+    if (rc != 0 && w->fd >= 0) {
+        close(w->fd);
+        w->fd = -1;
+    }
+    if (rc == 0 && spill) {
+        atomic_fetch_add(&walks_spilled, 1);
+        atomic_fetch_add(&walks_spilled_bytes, w->size);
+    }
+    return rc;
+}
+
 /* Gathers the whole array: strings as they are stored (picked per chunk),
  * numbers in view order, in memory or spilled. */
 static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w)
@@ -1188,14 +1276,17 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
     if (w->size == 0)
         return 0;
     w->claimed = claim_walk_memory(w->size);
-    int batches = can_spill(view, node);
+    int batches = can_spill(view, node), in_order = !batches && renumbered(view, node);
     if (!w->claimed && batches)
         return batch_walk(view, node, w);
+    if (!w->claimed && in_order)
+        return in_order_walk(view, node, w);
     w->bytes = spill_map(w->size, &w->err);
     int rc = w->bytes == NULL ? w->err.code : 0;
     if (rc == 0)
-        rc = batches ? batch_walk(view, node, w)
-                     : fill_chunk(view, node, 0, node->meta.shape[0], w->bytes, &w->err);
+        rc = batches    ? batch_walk(view, node, w)
+             : in_order ? in_order_walk(view, node, w)
+                        : fill_chunk(view, node, 0, node->meta.shape[0], w->bytes, &w->err);
     if (rc != 0 && w->bytes) {
         munmap(w->bytes, w->size);
         w->bytes = NULL;
@@ -1267,7 +1358,9 @@ int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coo
     if (w != NULL)
         memset(out + (to - from) * row_bytes, 0, bytes - (to - from) * row_bytes);
     int rc = 0;
-    if (w != NULL && w->fd >= 0) {
+    if (w != NULL && w->fd >= 0 && w->in_order) {
+        rc = read_all(w->fd, out, (to - from) * row_bytes, from * row_bytes, err);
+    } else if (w != NULL && w->fd >= 0) {
         rc = cut_spilled(view, node, w, from, to, out, err);
     } else if (w != NULL) {
         if (w->bytes != NULL)

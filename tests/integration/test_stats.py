@@ -550,9 +550,10 @@ def main():
                     test(path, h5, label)
                 except Exception:  # noqa: BLE001
                     check(f"{label}: {test.__name__}", False, traceback.format_exc(limit=4))
-    # Spilled walks of the other layouts: loom (genes × cells, read across)
-    # and 10x (CSC of genes: its cells are columns).
-    for name in ("loom/full.loom", "10x/v3-two-feature-types.h5"):
+    # Spilled walks of the other layouts: loom (genes × cells, read across),
+    # 10x (CSC of genes: its cells are columns) and an h5ad whose X is CSC
+    # (its entries renumbered over the kept cells, walked in order).
+    for name in ("loom/full.loom", "10x/v3-two-feature-types.h5", "h5ad/x-csc.h5ad"):
         path = os.path.join(ROOT, "fixtures/sources", name)
         try:
             check_spilled_walk(path, None, name)
