@@ -37,13 +37,6 @@
 #define MAX_BLOCKS 64
 #define MAX_BLOCK_BYTES ((uint64_t)64 << 20)
 
-static uint64_t le(const uint8_t *p, unsigned size)
-{
-    uint64_t v = 0;
-    for (unsigned i = size; i-- > 0;)
-        v = v << 8 | p[i];
-    return v;
-}
 
 struct walk {
     zm_source *source;
@@ -85,9 +78,9 @@ static int parse_layout(const uint8_t *data, size_t size, unsigned sa, struct la
     if (dimensionality < 2 || dimensionality > ZM_MAX_RANK + 1 || size < 3 + sa + 4 * dimensionality)
         return -ENOTSUP;
     out->dimensionality = dimensionality;
-    out->btree = le(data + 3, sa);
+    out->btree = zm__le(data + 3, sa);
     for (unsigned d = 0; d < dimensionality; d++)
-        out->dims[d] = le(data + 3 + sa + 4 * d, 4);
+        out->dims[d] = zm__le(data + 3 + sa + 4 * d, 4);
     return 0;
 }
 
@@ -99,8 +92,8 @@ static int scan_messages(struct walk *w, const uint8_t *block, size_t size, int 
 {
     size_t header = v2 ? 4 + (order ? 2 : 0) : 8;
     for (size_t at = 0; at + header <= size;) {
-        unsigned type = v2 ? block[at] : (unsigned)le(block + at, 2);
-        size_t length = v2 ? le(block + at + 1, 2) : le(block + at + 2, 2);
+        unsigned type = v2 ? block[at] : (unsigned)zm__le(block + at, 2);
+        size_t length = v2 ? zm__le(block + at + 1, 2) : zm__le(block + at + 2, 2);
         size_t data = at + header;
         if (length > size - data)
             return -ENOTSUP;
@@ -111,8 +104,8 @@ static int scan_messages(struct walk *w, const uint8_t *block, size_t size, int 
         } else if (type == 0x10) {
             if (length < w->sa + w->ss || *queued >= MAX_BLOCKS)
                 return -ENOTSUP;
-            next_address[*queued] = le(block + data, w->sa);
-            next_size[*queued] = le(block + data + w->sa, w->ss);
+            next_address[*queued] = zm__le(block + data, w->sa);
+            next_size[*queued] = zm__le(block + data + w->sa, w->ss);
             (*queued)++;
         }
         at = data + length;
@@ -141,7 +134,7 @@ static int find_layout(struct walk *w, uint64_t address, struct layout *layout)
         rc = read_at(w, address, prefix, at + width);
         if (rc != 0)
             return rc;
-        first_size = le(prefix + at, width);
+        first_size = zm__le(prefix + at, width);
         first_address = address + at + width;
         order = (flags & 0x04) != 0;
         if (first_size < 4)
@@ -149,7 +142,7 @@ static int find_layout(struct walk *w, uint64_t address, struct layout *layout)
     } else {
         if (prefix[0] != 1)
             return -ENOTSUP;
-        first_size = le(prefix + 8, 4);
+        first_size = zm__le(prefix + 8, 4);
         first_address = address + 16;
     }
     next_address[queued] = first_address;
@@ -214,7 +207,7 @@ static int walk_tree(struct walk *w, const struct layout *layout)
             break;
         }
         int level = header[5];
-        size_t entries = le(header + 6, 2);
+        size_t entries = zm__le(header + 6, 2);
         if ((expect >= 0 && level != expect) || level >= MAX_LEVELS) {
             rc = -ENOTSUP;
             break;
@@ -233,7 +226,7 @@ static int walk_tree(struct walk *w, const struct layout *layout)
             break;
         for (size_t i = 0; rc == 0 && i < entries; i++) {
             const uint8_t *key = node + head + i * (key_size + w->sa);
-            uint64_t child = le(key + key_size, w->sa);
+            uint64_t child = zm__le(key + key_size, w->sa);
             if (level > 0) {
                 if (top == capacity) {
                     capacity *= 2;
@@ -255,7 +248,7 @@ static int walk_tree(struct walk *w, const struct layout *layout)
             /* A chunk: its offset in elements along each dimension. */
             uint64_t index = 0;
             for (unsigned d = 0; d < rank; d++) {
-                uint64_t offset = le(key + 8 + 8 * d, 8);
+                uint64_t offset = zm__le(key + 8 + 8 * d, 8);
                 if (offset % array->chunk[d] != 0 || offset / array->chunk[d] >= array->grid[d]) {
                     rc = -ENOTSUP;
                     break;
@@ -268,8 +261,8 @@ static int walk_tree(struct walk *w, const struct layout *layout)
                 rc = -ENOTSUP;
                 break;
             }
-            array->chunk_stored_size[index] = (uint32_t)le(key, 4);
-            array->chunk_filter_mask[index] = (uint32_t)le(key + 4, 4);
+            array->chunk_stored_size[index] = (uint32_t)zm__le(key, 4);
+            array->chunk_filter_mask[index] = (uint32_t)zm__le(key + 4, 4);
             array->chunk_address[index] = w->base + child;
             found++;
         }

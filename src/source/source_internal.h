@@ -110,6 +110,15 @@ void zm__count_hdf5_read(zm_source *source);
 int zm__read_exact(zm_source *source, uint64_t offset, void *buffer, size_t size,
                    const zm_array *array, zm_err *err);
 
+/* A little-endian unsigned number of size bytes (HDF5's own structures). */
+static inline uint64_t zm__le(const uint8_t *p, unsigned size)
+{
+    uint64_t v = 0;
+    for (unsigned i = size; i-- > 0;)
+        v = v << 8 | p[i];
+    return v;
+}
+
 /* ---- A chunk index in one pass (btree.c) ------------------------------------ */
 
 /* Fills the array's chunk index (allocated, every entry unknown) from its

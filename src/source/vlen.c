@@ -33,13 +33,6 @@
 /* A collection larger than this is taken for damage. */
 #define MAX_COLLECTION ((uint64_t)1 << 30)
 
-static uint64_t le(const uint8_t *p, unsigned size)
-{
-    uint64_t v = 0;
-    for (unsigned i = size; i-- > 0;)
-        v = v << 8 | p[i];
-    return v;
-}
 
 struct collection {
     uint64_t address; /* 0: nothing kept (address 0 is the superblock) */
@@ -86,7 +79,7 @@ static int load(struct heap *h, struct collection *c, uint64_t address, zm_err *
         return rc;
     if (memcmp(header, "GCOL", 4) != 0 || header[4] != 1)
         return damaged(array, address, "has no GCOL signature of version 1", err);
-    uint64_t size = le(header + 8, ss);
+    uint64_t size = zm__le(header + 8, ss);
     if (size < 8 + ss || size > MAX_COLLECTION)
         return damaged(array, address, "has an impossible size", err);
     if (size > c->capacity) {
@@ -103,10 +96,10 @@ static int load(struct heap *h, struct collection *c, uint64_t address, zm_err *
     c->objects = 0;
     uint64_t object_header = 8 + ss;
     for (uint64_t at = 8 + ss; at + object_header <= size;) {
-        unsigned index = (unsigned)le(c->bytes + at, 2);
+        unsigned index = (unsigned)zm__le(c->bytes + at, 2);
         if (index == 0)
             break; /* free space: the end */
-        uint64_t length = le(c->bytes + at + 8, ss);
+        uint64_t length = zm__le(c->bytes + at + 8, ss);
         uint64_t data = at + object_header;
         if (length > size - data)
             return damaged(array, address, "holds an object past its end", err);
@@ -212,7 +205,7 @@ static int vlen_block(void *context, size_t task)
                             array, err);
         for (size_t k = i; rc == 0 && k < j; k++) {
             const uint8_t *id = ids + (row_of(r, k) - from) * id_size;
-            uint64_t length = le(id, 4), address = le(id + 4, sa), index = le(id + 4 + sa, 4);
+            uint64_t length = zm__le(id, 4), address = zm__le(id + 4, sa), index = zm__le(id + 4 + sa, 4);
             if (!r->filling) { /* offsets within the block, for now */
                 r->out->offsets[k] = total;
                 total += length;
