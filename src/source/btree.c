@@ -177,22 +177,51 @@ static int find_layout(struct walk *w, uint64_t address, struct layout *layout)
     return found ? 0 : -ENOTSUP;
 }
 
-/* Reads the B-tree from root, filling every chunk's entry. */
-static int walk_tree(struct walk *w, const struct layout *layout)
+/* The row-major index of the chunk a key names, or UINT64_MAX when it
+ * names none (a node's last key may lie past the last chunk). */
+static uint64_t key_chunk(const zm_array *array, const uint8_t *key)
+{
+    uint64_t index = 0;
+    for (unsigned d = 0; d < array->storage_rank; d++) {
+        uint64_t offset = zm__le(key + 8 + 8 * d, 8);
+        if (offset % array->chunk[d] != 0 || offset / array->chunk[d] >= array->grid[d])
+            return UINT64_MAX;
+        index = index * array->grid[d] + offset / array->chunk[d];
+    }
+    return index;
+}
+
+/* Whether a wanted chunk (sorted) lies in [lo, hi). */
+static int wants(const uint64_t *wanted, size_t count, uint64_t lo, uint64_t hi)
+{
+    if (wanted == NULL)
+        return 1;
+    size_t a = 0, b = count;
+    while (a < b) { /* the first wanted ≥ lo */
+        size_t mid = a + (b - a) / 2;
+        if (wanted[mid] < lo)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    return a < count && wanted[a] < hi;
+}
+
+/* Reads the B-tree from the root down to the leaves holding the wanted
+ * chunks (all of them: wanted NULL), filling the entries not known yet. */
+static int walk_tree(struct walk *w, const uint64_t *wanted, size_t wanted_count)
 {
     zm_array *array = w->array;
-    unsigned rank = array->storage_rank, dims = layout->dimensionality;
-    size_t key_size = 8 + 8 * (size_t)dims, head = 8 + 2 * (size_t)w->sa;
+    size_t key_size = 8 + 8 * (size_t)array->btree_dims, head = 8 + 2 * (size_t)w->sa;
     /* Nodes to read: a stack of (address, level expected). */
     size_t capacity = 64, top = 0;
     uint64_t *stack = malloc(capacity * sizeof *stack);
     int *levels = malloc(capacity * sizeof *levels);
     uint8_t *node = NULL;
     size_t node_capacity = 0;
-    uint64_t found = 0;
     int rc = stack && levels ? 0 : zm_err_set(w->err, -ENOMEM, "out of memory");
     if (rc == 0) {
-        stack[top] = layout->btree;
+        stack[top] = array->btree_root;
         levels[top++] = -1; /* the root's level: whatever it says */
     }
     while (rc == 0 && top > 0) {
@@ -227,16 +256,25 @@ static int walk_tree(struct walk *w, const struct layout *layout)
         for (size_t i = 0; rc == 0 && i < entries; i++) {
             const uint8_t *key = node + head + i * (key_size + w->sa);
             uint64_t child = zm__le(key + key_size, w->sa);
+            uint64_t first = key_chunk(array, key);
+            if (first == UINT64_MAX) {
+                rc = -ENOTSUP;
+                break;
+            }
             if (level > 0) {
+                /* The child holds chunks from its key up to the next key. */
+                uint64_t end = key_chunk(array, key + key_size + w->sa);
+                if (!wants(wanted, wanted_count, first, end))
+                    continue;
                 if (top == capacity) {
                     capacity *= 2;
-                    uint64_t *s = realloc(stack, capacity * sizeof *s);
-                    if (s != NULL)
-                        stack = s;
-                    int *l = s ? realloc(levels, capacity * sizeof *l) : NULL;
-                    if (l != NULL)
-                        levels = l;
-                    if (s == NULL || l == NULL) {
+                    uint64_t *grown_stack = realloc(stack, capacity * sizeof *grown_stack);
+                    if (grown_stack != NULL)
+                        stack = grown_stack;
+                    int *grown_levels = grown_stack ? realloc(levels, capacity * sizeof *grown_levels) : NULL;
+                    if (grown_levels != NULL)
+                        levels = grown_levels;
+                    if (grown_stack == NULL || grown_levels == NULL) {
                         rc = zm_err_set(w->err, -ENOMEM, "out of memory");
                         break;
                     }
@@ -245,26 +283,12 @@ static int walk_tree(struct walk *w, const struct layout *layout)
                 levels[top++] = level - 1;
                 continue;
             }
-            /* A chunk: its offset in elements along each dimension. */
-            uint64_t index = 0;
-            for (unsigned d = 0; d < rank; d++) {
-                uint64_t offset = zm__le(key + 8 + 8 * d, 8);
-                if (offset % array->chunk[d] != 0 || offset / array->chunk[d] >= array->grid[d]) {
-                    rc = -ENOTSUP;
-                    break;
-                }
-                index = index * array->grid[d] + offset / array->chunk[d];
-            }
-            if (rc != 0)
-                break;
-            if (array->chunk_address[index] != ZM__CHUNK_ABSENT) { /* twice */
-                rc = -ENOTSUP;
-                break;
-            }
-            array->chunk_stored_size[index] = (uint32_t)zm__le(key, 4);
-            array->chunk_filter_mask[index] = (uint32_t)zm__le(key + 4, 4);
-            array->chunk_address[index] = w->base + child;
-            found++;
+            /* A chunk: filled unless known (readers may hold known ones). */
+            if (array->chunk_address[first] != ZM__CHUNK_UNKNOWN)
+                continue;
+            array->chunk_stored_size[first] = (uint32_t)zm__le(key, 4);
+            array->chunk_filter_mask[first] = (uint32_t)zm__le(key + 4, 4);
+            array->chunk_address[first] = w->base + child;
         }
     }
     free(stack);
@@ -273,8 +297,14 @@ static int walk_tree(struct walk *w, const struct layout *layout)
     return rc;
 }
 
-int zm__chunk_index_read(zm_source *source, zm_array *array, zm_err *err)
+/* Finds and checks the layout once: the B-tree's root and dimensionality
+ * kept on the array (btree_state 1), or btree_state −1. */
+static int find_tree(struct walk *w)
 {
+    zm_array *array = w->array;
+    if (array->btree_state != 0)
+        return array->btree_state > 0 ? 0 : -ENOTSUP;
+    array->btree_state = -1;
     if (array->sizeof_addr == 0 || array->field != NULL)
         return -ENOTSUP;
     zm__hdf5_lock();
@@ -283,39 +313,51 @@ int zm__chunk_index_read(zm_source *source, zm_array *array, zm_err *err)
     zm__hdf5_unlock();
     if (got < 0 || info.addr == HADDR_UNDEF)
         return -ENOTSUP;
-    struct walk w = {source, array, array->sizeof_addr, array->sizeof_size, array->base_address, err};
     struct layout layout = {0};
-    zm_err inner;
-    zm_err_clear(&inner);
-    w.err = &inner;
-    int rc = find_layout(&w, info.addr, &layout);
+    int rc = find_layout(w, info.addr, &layout);
     /* The layout's chunk is the array's, then the element's size. */
     if (rc == 0 && layout.dimensionality != array->storage_rank + 1)
         rc = -ENOTSUP;
     for (unsigned d = 0; rc == 0 && d < array->storage_rank; d++)
         if (layout.dims[d] != array->chunk[d])
             rc = -ENOTSUP;
+    if (rc != 0)
+        return rc == -ENOMEM ? rc : -ENOTSUP;
+    array->btree_root = layout.btree;
+    array->btree_dims = layout.dimensionality;
+    array->btree_state = 1;
+    return 0;
+}
+
+int zm__chunk_index_read(zm_source *source, zm_array *array, const uint64_t *wanted, size_t count,
+                         zm_err *err)
+{
+    zm_err inner;
+    zm_err_clear(&inner);
+    struct walk w = {source, array, array->sizeof_addr, array->sizeof_size, array->base_address, &inner};
+    int rc = find_tree(&w);
     uint64_t undefined = w.sa == 8 ? UINT64_MAX : (UINT64_C(1) << (8 * w.sa)) - 1;
-    if (rc == 0 && layout.btree == undefined) {
-        for (uint64_t i = 0; i < array->chunk_count; i++) /* nothing written yet */
-            array->chunk_address[i] = ZM__CHUNK_ABSENT;
+    if (rc == 0 && array->btree_root != undefined)
+        rc = walk_tree(&w, wanted, count);
+    if (rc == 0) {
+        /* What the tree does not hold was never written. */
+        if (wanted == NULL) {
+            for (uint64_t i = 0; i < array->chunk_count; i++)
+                if (array->chunk_address[i] == ZM__CHUNK_UNKNOWN)
+                    array->chunk_address[i] = ZM__CHUNK_ABSENT;
+        } else {
+            for (size_t i = 0; i < count; i++)
+                if (array->chunk_address[wanted[i]] == ZM__CHUNK_UNKNOWN)
+                    array->chunk_address[wanted[i]] = ZM__CHUNK_ABSENT;
+        }
         return 0;
     }
-    if (rc == 0) {
-        for (uint64_t i = 0; i < array->chunk_count; i++)
-            array->chunk_address[i] = ZM__CHUNK_ABSENT;
-        rc = walk_tree(&w, &layout);
-    }
-    if (rc != 0) {
-        /* Back to nothing known: HDF5 looks each chunk up. */
-        for (uint64_t i = 0; i < array->chunk_count; i++) {
-            array->chunk_address[i] = ZM__CHUNK_UNKNOWN;
-            array->chunk_stored_size[i] = 0;
-            array->chunk_filter_mask[i] = 0;
-        }
-        if (rc == -ENOMEM && err)
+    if (rc == -ENOMEM) {
+        if (err)
             *err = inner;
-        return rc == -ENOMEM ? rc : -ENOTSUP;
+        return rc;
     }
-    return 0;
+    /* Entries filled from leaves read are right; the rest HDF5 looks up. */
+    array->btree_state = -1;
+    return -ENOTSUP;
 }

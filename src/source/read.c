@@ -65,6 +65,12 @@ static void fill_values(uint8_t *bytes, size_t count, const zm_array *array)
 
 /* Makes sure the given chunks' addresses are known: the index's storage is
  * allocated once, and each chunk looked up the first time it is needed. */
+static int by_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
 static int resolve_chunks(zm_source *source, zm_array *array, const uint64_t *chunks, size_t count,
                           zm_err *err)
 {
@@ -78,11 +84,6 @@ static int resolve_chunks(zm_source *source, zm_array *array, const uint64_t *ch
             if (array->chunk_address && array->chunk_stored_size && array->chunk_filter_mask) {
                 for (uint64_t i = 0; i < n; i++)
                     array->chunk_address[i] = ZM__CHUNK_UNKNOWN;
-                /* The whole index at once where we can read it (HDF5 1.10
-                 * walks its index from the start for every lookup). */
-                zm_err ignored;
-                zm_err_clear(&ignored);
-                (void)zm__chunk_index_read(source, array, &ignored);
                 array->index_allocated = 1;
             } else {
                 free(array->chunk_address);
@@ -97,6 +98,41 @@ static int resolve_chunks(zm_source *source, zm_array *array, const uint64_t *ch
         if (!array->index_allocated)
             return zm_err_set(err, -ENOMEM, "%s: out of memory indexing %llu chunks",
                               array->file_path, (unsigned long long)array->chunk_count);
+    }
+    /* Read from the chunk index where we can (HDF5 1.10 walks its index from
+     * the start for every lookup): all of it when a request wants an
+     * eighth of the chunks or more, else the paths to the ones it wants. */
+    if (!array->index_complete && array->btree_state >= 0) {
+        uint64_t *unknown = malloc((count ? count : 1) * sizeof *unknown);
+        size_t wanted = 0;
+        for (size_t i = 0; unknown != NULL && i < count; i++)
+            if (array->chunk_address[chunks[i]] == ZM__CHUNK_UNKNOWN)
+                unknown[wanted++] = chunks[i];
+        if (unknown != NULL && wanted > 0) {
+            qsort(unknown, wanted, sizeof *unknown, by_u64);
+            size_t kept = 1;
+            for (size_t i = 1; i < wanted; i++)
+                if (unknown[i] != unknown[kept - 1])
+                    unknown[kept++] = unknown[i];
+            int whole = kept * 8 >= array->chunk_count;
+            zm_err why;
+            zm_err_clear(&why);
+            pthread_mutex_lock(&array->index_mutex);
+            int rc = array->btree_state < 0
+                         ? -ENOTSUP
+                         : zm__chunk_index_read(source, array, whole ? NULL : unknown,
+                                                whole ? 0 : kept, &why);
+            if (rc == 0 && whole)
+                array->index_complete = 1;
+            pthread_mutex_unlock(&array->index_mutex);
+            if (rc == -ENOMEM) {
+                free(unknown);
+                if (err)
+                    *err = why;
+                return rc;
+            }
+        }
+        free(unknown);
     }
     zm__hdf5_lock();
     int rc = zm__h5_chunk_lookup(array, chunks, count, err);

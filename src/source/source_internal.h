@@ -58,6 +58,10 @@ struct zm_array {
     uint64_t *chunk_address;      /* ZM__CHUNK_UNKNOWN, ZM__CHUNK_ABSENT or the file offset */
     uint32_t *chunk_stored_size;
     uint32_t *chunk_filter_mask;
+    int index_complete;           /* every entry known */
+    int btree_state;              /* btree.c: 0 not tried, 1 read by us, −1 HDF5's lookups */
+    uint64_t btree_root;          /* its version 1 B-tree (relative address) */
+    unsigned btree_dims;
 
     /* Values every read checks (indices below their dimension, codes below
      * their category count): a file whose parts disagree gives an error,
@@ -121,12 +125,15 @@ static inline uint64_t zm__le(const uint8_t *p, unsigned size)
 
 /* ---- A chunk index in one pass (btree.c) ------------------------------------ */
 
-/* Fills the array's chunk index (allocated, every entry unknown) from its
- * version 1 B-tree in one pass: every chunk's address (absolute), stored
- * size and filter mask, ZM__CHUNK_ABSENT for chunks never written.
- * -ENOTSUP (the index left unknown) for any layout or index it does not
- * read: HDF5 looks chunks up one by one then. */
-int zm__chunk_index_read(zm_source *source, zm_array *array, zm_err *err);
+/* Fills entries of the array's chunk index (allocated) from its version 1
+ * B-tree: every chunk's (wanted NULL; one pass over the tree) or those of
+ * the wanted chunks (ascending; only the nodes on their paths read): the
+ * address (absolute), stored size and filter mask, ZM__CHUNK_ABSENT for a
+ * chunk never written. Entries already known are left as they are. Called
+ * under the array's index_mutex. -ENOTSUP for any layout or index it does
+ * not read (then, and from then on, HDF5 looks chunks up one by one). */
+int zm__chunk_index_read(zm_source *source, zm_array *array, const uint64_t *wanted, size_t count,
+                         zm_err *err);
 
 /* ---- Variable-length strings read directly (vlen.c) ------------------------ */
 
