@@ -377,6 +377,21 @@ static int walk_of(zm_view *view, const zm_store_node *node, struct zm_walk **ou
  * offset and a short string. Above what walks may hold, it is spilled. */
 #define STRING_WALK_BYTES_PER_VALUE 24
 
+/* The end of a walk's pass: a failed spill's file closed, a spill made
+ * counted (bytes: what its file holds). */
+static int end_pass(struct zm_walk *w, int rc, int spilled, uint64_t bytes)
+{
+    if (rc != 0 && w->fd >= 0) {
+        close(w->fd);
+        w->fd = -1;
+    }
+    if (rc == 0 && spilled) {
+        atomic_fetch_add(&walks_spilled, 1);
+        atomic_fetch_add(&walks_spilled_bytes, bytes);
+    }
+    return rc;
+}
+
 static int put_block(struct zm_walk *w, uint64_t c, const uint8_t *bytes, size_t size,
                      uint64_t *file_end, zm_err *err)
 {
@@ -473,11 +488,7 @@ static int spill_strings_walk(zm_view *view, const zm_store_node *node, struct z
         free(buffer[c]);
     free(buffer);
     free(rows);
-    if (rc == 0) {
-        atomic_fetch_add(&walks_spilled, 1);
-        atomic_fetch_add(&walks_spilled_bytes, file_end);
-    }
-    return rc;
+    return end_pass(w, rc, 1, file_end);
 }
 
 /* The strings of chunk c of a spilled walk, items in view order: offsets
@@ -1107,15 +1118,7 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
     free(at);
     free(staging);
     free(sorted);
-    if (rc != 0 && w->fd >= 0) {
-        close(w->fd);
-        w->fd = -1;
-    }
-    if (rc == 0 && spill) {
-        atomic_fetch_add(&walks_spilled, 1);
-        atomic_fetch_add(&walks_spilled_bytes, w->size);
-    }
-    return rc;
+    return end_pass(w, rc, spill, w->size);
 }
 
 /* Rows [from, to) (along dimension 0) of a spilled walk into out: the
@@ -1237,15 +1240,7 @@ static int in_order_walk(zm_view *view, const zm_store_node *node, struct zm_wal
         m0 = m1;
     }
     free(buffer);
-    if (rc != 0 && w->fd >= 0) {
-        close(w->fd);
-        w->fd = -1;
-    }
-    if (rc == 0 && spill) {
-        atomic_fetch_add(&walks_spilled, 1);
-        atomic_fetch_add(&walks_spilled_bytes, w->size);
-    }
-    return rc;
+    return end_pass(w, rc, spill, w->size);
 }
 
 /* Gathers the whole array: strings as they are stored (picked per chunk),
