@@ -80,7 +80,8 @@ static int load(struct heap *h, struct collection *c, uint64_t address, zm_err *
     if (memcmp(header, "GCOL", 4) != 0 || header[4] != 1)
         return damaged(array, address, "has no GCOL signature of version 1", err);
     uint64_t size = zm__le(header + 8, ss);
-    if (size < 8 + ss || size > MAX_COLLECTION)
+    uint64_t file_size = (uint64_t)zm_source_get_identity(h->source)->size;
+    if (size < 8 + ss || size > MAX_COLLECTION || offset > file_size || size > file_size - offset)
         return damaged(array, address, "has an impossible size", err);
     if (size > c->capacity) {
         uint8_t *grown = realloc(c->bytes, size);
