@@ -1060,17 +1060,7 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
             uint64_t from = 0;
             for (size_t i = 0; i < count; i++) {
                 uint64_t a = where[i], b = a + lengths[i], c = chunk_of[i];
-                if (b <= (c + 1) * region) { /* the row lies in one chunk: most do */
-                    if (copy) {
-                        memcpy(sorted + at[c], staging + from, b - a);
-                        at[c] += b - a;
-                    } else {
-                        counts[c] += b - a;
-                    }
-                    from += b - a;
-                    continue;
-                }
-                for (; a < b; c++) {
+                for (; a < b; c++) { /* once for most rows: they lie in one chunk */
                     uint64_t end = (c + 1) * region < b ? (c + 1) * region : b;
                     if (copy) {
                         memcpy(sorted + at[c], staging + from, end - a);
