@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "zarrmount/cache.h"
@@ -141,7 +142,7 @@ static void damage_and_check(const char *how)
     uint8_t *got = NULL;
     size_t size;
     zm_err_clear(&err);
-    cr_expect_eq(zm_disk_get(disk, "s", "k", &got, &size, &err), -ENOENT, "%s: served", how);
+    cr_expect_eq(zm_disk_get(disk, "s", "k", &got, &size, &err), -EBADMSG, "%s: served", how);
     cr_expect_null(got);
     cr_expect(strstr(err.reason, "removed") != NULL, "%s: %s", how, err.reason);
     cr_expect_neq(access(path, F_OK), 0, "%s: the damaged entry is still there", how);
@@ -173,14 +174,27 @@ Test(disk, a_crash_leaves_no_entry_and_its_leftovers_go)
     char path[512], leftover[600];
     cr_assert_eq(only_entry(root, path, sizeof path), 1);
     zm_disk_close(disk);
-    /* A write cut short: a temporary file beside the entries. */
+    /* A write cut short: a temporary file beside the entries, named for a
+     * process that is gone. */
     *strrchr(path, '/') = '\0';
-    snprintf(leftover, sizeof leftover, "%s/tmp.99999.1", path);
+    pid_t gone = fork();
+    cr_assert_geq(gone, 0);
+    if (gone == 0)
+        _exit(0);
+    waitpid(gone, NULL, 0);
+    snprintf(leftover, sizeof leftover, "%s/tmp.%d.1", path, (int)gone);
     FILE *f = fopen(leftover, "w");
     fputs("half an entry", f);
     fclose(f);
+    /* One a live process (another mount sharing the directory) is writing. */
+    char writing[600];
+    snprintf(writing, sizeof writing, "%s/tmp.%d.7", path, (int)getppid());
+    f = fopen(writing, "w");
+    fputs("being written", f);
+    fclose(f);
     cr_assert_eq(zm_disk_open(root, 1 << 20, &disk, &err), 0, "%s", err.reason);
     cr_expect_neq(access(leftover, F_OK), 0, "the leftover was not removed");
+    cr_expect_eq(access(writing, F_OK), 0, "a live process's temporary file was removed");
     uint8_t *got;
     size_t size;
     cr_expect_eq(zm_disk_get(disk, "s", "k", &got, &size, &err), 0, "%s", err.reason);

@@ -99,8 +99,9 @@ void zm_disk_default_directory(char *out, size_t size);
 int zm_disk_open(const char *directory, uint64_t max_bytes, zm_disk **out, zm_err *err);
 void zm_disk_close(zm_disk *disk);
 
-/* The entry's bytes in a malloc'd *bytes. -ENOENT if there is none (or it
- * was damaged: then it is removed, and err says why). */
+/* The entry's bytes in a malloc'd *bytes. -ENOENT if there is none,
+ * -EBADMSG if it was damaged (then it is removed, and err says why),
+ * -errno if it could not be read. */
 int zm_disk_get(zm_disk *disk, const char *space, const char *key, uint8_t **bytes, size_t *size,
                 zm_err *err);
 

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,13 +126,29 @@ struct census {
     uint64_t bytes, entries;
 };
 
+/* Whether a temporary file (tmp.<pid>.<n>) is one a crash left: its
+ * process is gone (or is this one, just started), or it is a day old (the
+ * number taken by another process since). Another live mount sharing the
+ * directory may be writing it. */
+static int left_by_crash(const char *name, const struct stat *st)
+{
+    char *end;
+    long pid = strtol(name + 4, &end, 10);
+    if (end == name + 4 || *end != '.' || pid <= 0 || pid == (long)getpid())
+        return 1;
+    if (time(NULL) - st->st_mtime > 24 * 3600)
+        return 1;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
 /* At open: count what is there, and remove temporary files a crash left. */
 static void count_file(void *context, const char *path, const struct stat *st)
 {
     struct census *c = context;
     const char *name = strrchr(path, '/');
     if (name && strncmp(name + 1, "tmp.", 4) == 0) {
-        unlink(path);
+        if (left_by_crash(name + 1, st))
+            unlink(path);
         return;
     }
     c->bytes += (uint64_t)st->st_size;
@@ -300,7 +317,7 @@ int zm_disk_get(zm_disk *disk, const char *space, const char *key, uint8_t **byt
         free(file);
         disk->damaged++;
         disk->misses++;
-        return zm_err_set(err, -ENOENT, "cache entry %s was %s: removed", path, why);
+        return zm_err_set(err, -EBADMSG, "cache entry %s was %s: removed", path, why);
     }
     if (h.space_length != space_length || h.key_length != key_length ||
         memcmp(file + sizeof h, space, space_length) != 0 ||

@@ -102,6 +102,7 @@ struct zm_tree {
     zm_disk *disk;
     char disk_space[160];
     _Atomic int disk_failed; /* a write failed: said once in the log */
+    _Atomic int disk_read_failed; /* an entry was damaged or unreadable: said once */
     /* Entries go to disk from a queue, by a thread that runs only when a
      * core is idle: a walk is never slowed by filing what it made. */
     pthread_mutex_t disk_mutex;
@@ -840,10 +841,25 @@ static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size
                      codec, t->codec.blocksize, t->chunk_bytes);
             zm_err miss;
             zm_err_clear(&miss);
-            if (zm_disk_get(t->disk, t->disk_space, disk_key, bytes, size, &miss) == 0)
+            int got = zm_disk_get(t->disk, t->disk_space, disk_key, bytes, size, &miss);
+            if (got == 0)
                 return 0;
+            if (got != -ENOENT && atomic_exchange(&t->disk_read_failed, 1) == 0)
+                zm__log(LOG_WARNING, "the disk cache %s (%s): such entries are never served, but "
+                        "made again from the source", got == -EBADMSG ? "had a damaged entry"
+                        : "could not be read", miss.reason);
         }
         int rc = make_chunk(c, bytes, size, err);
+        /* The source checked again after its bytes were read: a change
+         * that began while this chunk was made (a write moves the file's
+         * time before its bytes land) makes the chunk EIO, never kept or
+         * served as a mix of old and new bytes. */
+        if (rc == 0 && (rc = zm__tree_check_source(t, err)) != 0) {
+            free(*bytes);
+            *bytes = NULL;
+            *size = 0;
+            return rc;
+        }
         if (rc == 0 && disk_key[0])
             queue_for_disk(t, disk_key, *bytes, *size);
         return rc;
