@@ -431,6 +431,20 @@ Test(spatial, boxes)
     expect_boxes((double[]){0, 0.1, (double)0.1f, 1}, 4, 1, 1000, (uint64_t[]){0, 100, 100, 999});
 }
 
+/* Found by tests/fuzz/fuzz_request.c ({"method": "spatial", "coords": [[5, 5], [NaN, 2],
+ * [3, Infinity], [4, 5]], ...}): a row with a non-finite coordinate does not set the bounds,
+ * so its finite ones may lie outside them (3 < 4 here); placing one on the grid converted
+ * a negative cell number to uint64 (undefined behaviour) before the non-finite axis sent
+ * the row to box G^d. The row goes there without any of its coordinates placed. */
+Test(spatial, incomplete_row_outside_the_bounds)
+{
+    expect_boxes((double[]){5, 5, NAN, 2, 3, INFINITY, 4, 5}, 4, 2, 32,
+                 (uint64_t[]){31, 1024, 1024, 0});
+    /* Past the high bound too, and with the non-finite axis first. */
+    expect_boxes((double[]){0, 0, 1, 1, 1e30, NAN, NAN, -1e30}, 4, 2, 4,
+                 (uint64_t[]){0, 15, 16, 16});
+}
+
 Test(spatial, grid_limit_refused)
 {
     double coords[3] = {0, 1, 2};

@@ -123,8 +123,9 @@ typedef struct zm_selection {
 int zm_select(const zm_request *request, zm_selection *out, zm_err *err);
 void zm_selection_free(zm_selection *selection);
 
-/* Checks a request without selecting (the refusals zm_select would give that
- * do not depend on the cells, plus the minimum that does not fit). */
+/* Checks a request without selecting: the refusals zm_select would give that
+ * do not depend on the cells. (A minimum that does not fit the strata does:
+ * zm_select refuses it.) */
 int zm_request_check(const zm_request *request, zm_err *err);
 
 /* Plain values made categories in code-point order: values[i] (lengths[i]

@@ -73,7 +73,7 @@ static void print_text(FILE *out, const json_t *e)
 {
     const char *kind = json_string_value(json_object_get(e, "kind"));
     printf("%s: %s\n", json_string_value(json_object_get(e, "path")), kind);
-    if (kind && strcmp(kind, "directory") == 0) {
+    if (kind && (strcmp(kind, "directory") == 0 || strcmp(kind, "file") == 0)) {
         fprintf(out, "  holds       %s\n", json_string_value(json_object_get(e, "holds")));
         return;
     }
@@ -193,8 +193,15 @@ int zm_fs_explain(int argc, char **argv)
             print_text(stdout, e);
         }
     } else if (as_json) {
-        json_t *refusal = json_pack("{s:s, s:s, s:s}", "path", path, "kind", "refused", "reason",
-                                    err.reason);
+        /* JSON holds UTF-8 only; the path (and the reason quoting it) may be any bytes. */
+        char *shown = malloc(strlen(path) + 1);
+        char reason[ZM_REASON_MAX];
+        if (shown != NULL)
+            zm__utf8_copy(shown, strlen(path) + 1, path);
+        zm__utf8_copy(reason, sizeof reason, err.reason);
+        json_t *refusal = json_pack("{s:s, s:s, s:s}", "path", shown ? shown : "", "kind", "refused",
+                                    "reason", reason);
+        free(shown);
         char *text = json_dumps(refusal, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         printf("%s\n", text ? text : "{}");
         free(text);

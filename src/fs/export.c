@@ -18,6 +18,10 @@ struct walk {
     const char *disk_path;
     zm_err *err;
     uint64_t files, bytes;
+    /* A file's bytes on their way (malloc'd: as thread-local storage, every
+     * thread of the daemon, which links this file, had its own MiB). */
+    uint8_t *buffer;
+    size_t buffer_size;
 };
 
 static int copy_file(struct walk *w, const char *tree_path, const char *disk_path)
@@ -25,12 +29,12 @@ static int copy_file(struct walk *w, const char *tree_path, const char *disk_pat
     int fd = open(disk_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return zm_err_set(w->err, -errno, "%s: cannot create: %s", disk_path, strerror(errno));
-    static __thread uint8_t buffer[1 << 20];
+    uint8_t *buffer = w->buffer;
     uint64_t offset = 0;
     int rc = 0;
     for (;;) {
         size_t done = 0;
-        rc = zm__tree_read(w->tree, tree_path, offset, sizeof buffer, buffer, &done, w->err);
+        rc = zm__tree_read(w->tree, tree_path, offset, w->buffer_size, buffer, &done, w->err);
         if (rc != 0 || done == 0)
             break;
         if (write(fd, buffer, done) != (ssize_t)done) {
@@ -99,9 +103,12 @@ int zm_fs_export(const char *source, const char *view, const char *directory, co
     rc = zm__tree_lookup(tree, view, &node, &err);
     if (rc == 0 && node.kind != ZM_NODE_DIRECTORY)
         rc = zm_err_set(&err, -ENOTDIR, "%s: not a view directory", view);
-    struct walk w = {tree, view, directory, &err, 0, 0};
+    struct walk w = {tree, view, directory, &err, 0, 0, malloc(1 << 20), 1 << 20};
+    if (rc == 0 && w.buffer == NULL)
+        rc = zm_err_set(&err, -ENOMEM, "out of memory");
     if (rc == 0)
         rc = walk_directory(&w, view, directory);
+    free(w.buffer);
     zm__tree_close(tree);
     if (rc != 0) {
         fprintf(stderr, "zarrmount export: %s\n", err.reason);

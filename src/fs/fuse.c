@@ -45,6 +45,8 @@
  * EIO instead, and the watcher drops what the kernel keeps), so the kernel
  * may keep what it learnt for a day. */
 #define ZM__CACHE_SECONDS 86400.0
+/* -d shows at most this much of a missing path, then "...". */
+#define ZM__TRACED_PATH_MAX 200
 /* st_blksize: the buffer stdio and Python allocate for each open file. At
  * 128 KiB glibc maps and unmaps it on every open (its mmap threshold), which
  * made opening a small cached file eight times slower than on tmpfs; cp
@@ -166,7 +168,8 @@ static void zm__reply_failure(zm__fs *fs, fuse_req_t req, const char *operation,
         if (!zm__log_failure(what, -code, err))
             ZM__TRACE(fs, req, "%s: %s", what, strerror(code));
     } else {
-        ZM__TRACE(fs, req, "%s %s: %s", operation, zm__shown(path), strerror(code));
+        ZM__TRACE(fs, req, "%s %s: %s: %s", operation, zm__shown(path), strerror(code),
+                  err && err->reason[0] ? err->reason : "no such file");
     }
     fuse_reply_err(req, code);
 }
@@ -310,6 +313,12 @@ static void zm__op_init(void *userdata, struct fuse_conn_info *conn)
         conn->want |= FUSE_CAP_ASYNC_READ;
     /* Nothing changes, so there is nothing to invalidate. */
     conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+    /* An open with O_TRUNC must be refused (a mount remounted rw): without
+     * atomic O_TRUNC the kernel asks for it as a setattr of the size, which
+     * is EROFS. With it, the open carries the truncation, and in no-open
+     * mode the kernel opens files without asking: the open would succeed
+     * and truncate nothing. */
+    conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
     if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
         conn->want |= FUSE_CAP_CACHE_SYMLINKS;
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
@@ -364,12 +373,35 @@ static void zm__widen_readahead(const char *mountpoint)
     close(fd);
 }
 
-/* Remembers path for the kernel and answers with its entry. */
+/* Takes count lookups away from inode. A snapshot of a live file goes
+ * with its inode (nobody can look that inode up again: each lookup of the
+ * file takes a new snapshot). */
+static void zm__forget(zm__fs *fs, uint64_t inode, uint64_t count)
+{
+    zm_node node;
+    int snapshot = zm__inodes_get(fs->inodes, inode, NULL, &node) == 0 && node.snapshot != 0;
+    zm__inodes_forget(fs->inodes, inode, count);
+    if (snapshot && zm__inodes_get(fs->inodes, inode, NULL, NULL) == -ENOENT)
+        zm__tree_release_snapshot(fs->tree, node.snapshot);
+}
+
+/* Remembers path for the kernel and answers with its entry. A snapshot of
+ * a live file gets an inode of its own, "path@snapshot": the kernel has
+ * one size and one page cache an inode, and a reader taking the file in
+ * several reads while another opens it must see one snapshot whole. */
 static void zm__reply_entry(zm__fs *fs, fuse_req_t req, const char *path, const zm_node *node)
 {
     uint64_t inode;
-    int rc = zm__inodes_remember(fs->inodes, path, node, &inode);
+    char *own = NULL;
+    if (node->snapshot != 0 && asprintf(&own, "%s@%llu", path, (unsigned long long)node->snapshot) < 0)
+        own = NULL;
+    int rc = node->snapshot != 0 && own == NULL
+                 ? -ENOMEM
+                 : zm__inodes_remember(fs->inodes, own ? own : path, node, &inode);
+    free(own);
     if (rc != 0) {
+        if (node->snapshot != 0)
+            zm__tree_release_snapshot(fs->tree, node->snapshot);
         zm__reply_failure(fs, req, "lookup", path, rc, NULL);
         return;
     }
@@ -380,7 +412,7 @@ static void zm__reply_entry(zm__fs *fs, fuse_req_t req, const char *path, const 
     /* An interrupted request never reached the kernel, which then holds no
      * lookup to forget. */
     if (fuse_reply_entry(req, &entry) != 0)
-        zm__inodes_forget(fs->inodes, inode, 1);
+        zm__forget(fs, inode, 1);
 }
 
 static void zm__op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -414,7 +446,12 @@ static void zm__op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
         /* A missing name stays missing: the kernel may remember that too
          * (readers probe for .zarray, .zgroup and .zattrs everywhere). */
         struct fuse_entry_param missing = {.ino = 0, .entry_timeout = ZM__CACHE_SECONDS};
-        ZM__TRACE(fs, req, "lookup %s: missing", path);
+        /* Shortened: a name may be thousands of bytes, and the reason must fit the line. */
+        int length = (int)strnlen(path, ZM__TRACED_PATH_MAX + 1);
+        ZM__TRACE(fs, req, "lookup %.*s%s: missing: %s",
+                  length > ZM__TRACED_PATH_MAX ? ZM__TRACED_PATH_MAX : length, path,
+                  length > ZM__TRACED_PATH_MAX ? "..." : "",
+                  err.reason[0] ? err.reason : "no such file");
         fuse_reply_entry(req, &missing);
     } else if (rc != 0) {
         zm__reply_failure(fs, req, "lookup", path, rc, &err);
@@ -426,7 +463,7 @@ static void zm__op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void zm__op_forget(fuse_req_t req, fuse_ino_t inode, uint64_t count)
 {
-    zm__inodes_forget(zm__fs_of(req)->inodes, inode, count);
+    zm__forget(zm__fs_of(req), inode, count);
     fuse_reply_none(req);
 }
 
@@ -434,7 +471,7 @@ static void zm__op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget
 {
     zm__fs *fs = zm__fs_of(req);
     for (size_t i = 0; i < count; i++)
-        zm__inodes_forget(fs->inodes, forgets[i].ino, forgets[i].nlookup);
+        zm__forget(fs, forgets[i].ino, forgets[i].nlookup);
     fuse_reply_none(req);
 }
 
@@ -546,7 +583,7 @@ static zm__file *zm__file_new(const char *path)
 static void zm__op_open(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info *fi)
 {
     zm__fs *fs = zm__fs_of(req);
-    if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
         ZM__TRACE(fs, req, "open inode %llu for writing: read-only", (unsigned long long)inode);
         fuse_reply_err(req, EROFS);
         return;
@@ -885,7 +922,7 @@ static void zm__readdir(fuse_req_t req, fuse_ino_t inode, size_t size, off_t off
                   zm__shown(dir->path), (long long)offset, used);
         if (fuse_reply_buf(req, buffer, used) != 0)
             for (size_t i = 0; i < count; i++)
-                zm__inodes_forget(fs->inodes, looked_up[i], 1);
+                zm__forget(fs, looked_up[i], 1);
     }
     free(looked_up);
     free(buffer);

@@ -56,13 +56,19 @@ void zm__vlog(int priority, const char *fmt, va_list ap)
     char line[ZM_REASON_MAX + 256];
     int prefix = snprintf(line, sizeof line, "zarrmount: ");
     vsnprintf(line + prefix, sizeof line - (size_t)prefix - 1, fmt, ap);
-    /* One event, one line: fold newlines a caller or libfuse let through. */
+    /* One event, one line: fold newlines a caller or libfuse let through.
+     * Other control bytes (a path's escape sequences, tabs) are shown as
+     * '?': a name that does not exist is the caller's text, and must not
+     * drive the terminal that reads the log. */
     size_t length = strlen(line);
     while (length > (size_t)prefix && (line[length - 1] == '\n' || line[length - 1] == ' '))
         line[--length] = '\0';
-    for (char *c = line; *c; c++)
+    for (char *c = line; *c; c++) {
         if (*c == '\n' || *c == '\r')
             *c = ' ';
+        else if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
+    }
     if (atomic_load(&zm__use_syslog)) {
         syslog(priority, "%s", line + prefix);
         return;

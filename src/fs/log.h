@@ -21,7 +21,8 @@ void zm__log_close(void);
 void zm__log_set_debug(int debug);
 
 /* Writes one line at a syslog priority (LOG_ERR, LOG_WARNING, LOG_INFO,
- * LOG_DEBUG). Newlines inside the message are folded to spaces. */
+ * LOG_DEBUG). Newlines inside the message are folded to spaces, other
+ * control bytes shown as '?'. */
 void zm__log(int priority, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void zm__vlog(int priority, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 

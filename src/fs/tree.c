@@ -43,6 +43,11 @@
 /* A work running this long is told to the log, every PROGRESS_EVERY seconds. */
 #define PROGRESS_AFTER_SECONDS 3.0
 #define PROGRESS_EVERY_SECONDS 5.0
+/* stats.json snapshots kept at once, at most (each goes when the kernel
+ * forgets its inode; past this, the oldest goes first). */
+#define SNAPSHOTS_KEPT 256
+/* The name of a snapshot's inode: the file's path, "@" and its serial. */
+#define STATS_PATH ".zarrmount/stats.json"
 
 /* What a view cost since the mount, by its key. Requests counted are the
  * ones that reached the daemon (the kernel answers the rest from what it
@@ -95,6 +100,7 @@ typedef struct size_map {
 
 struct zm_tree {
     char *source_path;
+    char *source_text; /* source_path as UTF-8 (other bytes as '?'): JSON holds nothing else */
     zm_source *source;
     zm_source_identity identity;
     /* Chunks of walked views kept across mounts, filed under the source's
@@ -121,6 +127,7 @@ struct zm_tree {
     view_entry views[MAX_VIEWS];
     size_t view_count;
     int building;        /* a view is being built (one at a time) */
+    _Atomic int view_waiters; /* requests waiting for a view to be let go (under mutex) */
     uint64_t clock;
     size_map sizes;
     char *info;          /* .zarrmount/info.json */
@@ -146,9 +153,16 @@ struct zm_tree {
     view_stats outside, more_views;
     refusal refusals[REFUSALS_KEPT];
     unsigned refusals_next, refusals_count;
-    char *snapshot;
-    size_t snapshot_size;
+    /* stats.json: every lookup takes a snapshot, newest first here, read
+     * under a path (an inode) of its own until the kernel forgets it: the
+     * kernel has one size for an inode, and takes a large file in several
+     * reads, so readers sharing one inode could see two snapshots mixed.
+     * Snapshots are taken one at a time (their documents can be large). */
+    struct snapshot *snapshots;
+    size_t snapshot_count;
+    size_t snapshot_last_size;
     uint64_t snapshot_serial;
+    pthread_mutex_t snapshot_taking;
     struct timespec mounted;
     /* The progress teller (options.progress): a thread waking every second. */
     void (*progress)(void *context, const char *line);
@@ -181,10 +195,22 @@ static int size_get(zm_tree *t, uint64_t key, uint64_t *size)
     return found;
 }
 
+/* Sizes remembered at most (8 MiB of table): past it the table starts
+ * again empty. Every size is a file's, which is the same bytes whenever it
+ * is made, so a forgotten one is found again by making the file; reading
+ * ever more distinct files (views without end) cannot grow the daemon. */
+#define SIZES_KEPT ((size_t)1 << 18)
+
 static void size_put(zm_tree *t, uint64_t key, uint64_t size)
 {
     key |= 1; /* 0 marks an empty slot */
     pthread_mutex_lock(&t->mutex);
+    if (t->sizes.count >= SIZES_KEPT) {
+        free(t->sizes.keys);
+        free(t->sizes.sizes);
+        t->sizes.keys = t->sizes.sizes = NULL;
+        t->sizes.capacity = t->sizes.count = 0;
+    }
     if ((t->sizes.count + 1) * 2 > t->sizes.capacity) {
         size_t capacity = t->sizes.capacity ? t->sizes.capacity * 2 : 1024;
         uint64_t *keys = calloc(capacity, sizeof *keys), *sizes = calloc(capacity, sizeof *sizes);
@@ -223,6 +249,13 @@ static void size_put(zm_tree *t, uint64_t key, uint64_t size)
 static uint64_t path_key(const char *path) { return zm_cache_key(path, strlen(path)) | 1; }
 
 /* ---- Paths --------------------------------------------------------------------- */
+
+/* A path in a reason: at most SHOWN_MAX bytes of it, then "..." (a name may
+ * be 4095 bytes long; the reason must keep its last words). For "%.*s%s". */
+#define SHOWN_MAX 120
+#define SHOWN(text)                                                                                \
+    (int)(strlen(text) > SHOWN_MAX ? SHOWN_MAX : strlen(text)), (text),                            \
+        strlen(text) > SHOWN_MAX ? "..." : ""
 
 /* A canonical decimal (no sign, no leading zero) in [low, high]. */
 static int parse_number(const char *text, size_t length, uint64_t low, uint64_t high, uint64_t *out)
@@ -397,6 +430,20 @@ static int parse_stratified(zm_tree *t, const char *p, target *out, zm_err *err)
     return parse_seed_and_size(t, p, prefix, out, err);
 }
 
+/* The kernel's refusal of a grid that does not depend on the cells: G^d <
+ * 2^53 (d the number of columns), as ENOENT with its reason. */
+static int grid_fits(const char *embedding, uint64_t grid_size, unsigned dims, zm_err *err)
+{
+    double origin = 0;
+    zm_request check = {.method = ZM_METHOD_SPATIAL, .n = 1, .k = 1, .coords = &origin,
+                        .dims = dims, .grid_size = grid_size};
+    zm_err why;
+    zm_err_clear(&why);
+    if (dims > 0 && zm_request_check(&check, &why) != 0)
+        return zm_err_set(err, -ENOENT, "spatial/%s: %s", embedding, why.reason);
+    return 0;
+}
+
 static int parse_spatial(zm_tree *t, const char *p, target *out, zm_err *err)
 {
     const char *part;
@@ -408,6 +455,7 @@ static int parse_spatial(zm_tree *t, const char *p, target *out, zm_err *err)
     if ((rc = zm_view_embedding_columns(t->source, out->spec.embedding, &columns, err)) != 0)
         return rc == -EINVAL || rc == -ENOENT ? -ENOENT : rc;
     out->spec.grid_size = ZM_DEFAULT_GRID_SIZE;
+    int columns_given = 0;
     out->spec.column_count = columns < 3 ? (unsigned)columns : 3;
     for (unsigned c = 0; c < out->spec.column_count; c++)
         out->spec.columns[c] = c;
@@ -421,6 +469,9 @@ static int parse_spatial(zm_tree *t, const char *p, target *out, zm_err *err)
             parse_number(part + 2, n - 2, 1, UINT64_MAX, &out->spec.grid_size) != 0)
             return zm_err_set(err, -ENOENT, "%.*s: expected G=<G> (G ≥ 1, canonical) or seed<S>",
                               (int)(n > 80 ? 80 : n), part);
+        /* A grid no column fits (G ≥ 2^53) holds nothing: it does not exist. */
+        if ((rc = grid_fits(out->spec.embedding, out->spec.grid_size, 1, err)) != 0)
+            return rc;
         if (*p == '\0') {
             out->kind = T_GRID;
             return 0;
@@ -448,19 +499,17 @@ static int parse_spatial(zm_tree *t, const char *p, target *out, zm_err *err)
             c = comma + 1;
         }
         out->spec.column_count = count;
-        if (*p == '\0') {
-            out->kind = T_COLUMNS;
-            return 0;
-        }
+        columns_given = 1;
     }
-    /* The refusal that does not depend on the cells, here: G^d < 2^53. */
-    double origin = 0;
-    zm_request check = {.method = ZM_METHOD_SPATIAL, .n = 1, .k = 1, .coords = &origin,
-                        .dims = out->spec.column_count, .grid_size = out->spec.grid_size};
-    zm_err why;
-    zm_err_clear(&why);
-    if (out->spec.column_count > 0 && zm_request_check(&check, &why) != 0)
-        return zm_err_set(err, -ENOENT, "spatial/%s: %s", out->spec.embedding, why.reason);
+    /* The refusal that does not depend on the cells, here: G^d < 2^53 (a
+     * cols= directory whose grid is refused does not exist either). */
+    rc = grid_fits(out->spec.embedding, out->spec.grid_size, out->spec.column_count, err);
+    if (rc != 0)
+        return rc;
+    if (columns_given && *p == '\0') {
+        out->kind = T_COLUMNS;
+        return 0;
+    }
     char prefix[ZM__VIEW_KEY], cols[48] = "";
     for (unsigned i = 0; i < out->spec.column_count; i++)
         snprintf(cols + strlen(cols), sizeof cols - strlen(cols), "%s%u", i ? "," : "",
@@ -488,7 +537,7 @@ static int parse_path(zm_tree *t, const char *path, target *out, zm_err *err)
         else if (!strcmp(p, "stats.json"))
             out->kind = T_STATS_FILE;
         else
-            return zm_err_set(err, -ENOENT, "%s: no such file", path);
+            return zm_err_set(err, -ENOENT, "%.*s%s: no such file", SHOWN(path));
         return 0;
     }
     if ((n == 4 && !strncmp(part, "full", 4)) || (n == 4 && !strncmp(part, "file", 4))) {
@@ -587,6 +636,50 @@ static view_stats *stats_of_target(zm_tree *t, const target *tg)
     return tg->kind == T_VIEW ? stats_for(t, tg->key) : &t->outside;
 }
 
+/* The length of the valid UTF-8 sequence p starts with (as jansson checks
+ * it: no overlong form, no surrogate, nothing past U+10FFFF), or 0. */
+static size_t utf8_sequence(const unsigned char *p)
+{
+    if (p[0] < 0x80)
+        return 1;
+    size_t length = p[0] >= 0xc2 && p[0] <= 0xdf   ? 2
+                    : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+                    : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4
+                                                   : 0;
+    if (length == 0)
+        return 0;
+    uint32_t value = p[0] & (0x7fu >> length);
+    for (size_t i = 1; i < length; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        value = value << 6 | (p[i] & 0x3fu);
+    }
+    if ((length == 3 && value < 0x800) || (length == 4 && value < 0x10000) || value > 0x10ffff ||
+        (value >= 0xd800 && value <= 0xdfff))
+        return 0;
+    return length;
+}
+
+void zm__utf8_copy(char *out, size_t size, const char *text)
+{
+    size_t at = 0;
+    const unsigned char *p = (const unsigned char *)text;
+    while (*p && at + 1 < size) {
+        size_t length = utf8_sequence(p);
+        if (length == 0) {
+            out[at++] = '?';
+            p++;
+            continue;
+        }
+        if (at + length >= size)
+            break;
+        memcpy(out + at, p, length);
+        at += length;
+        p += length;
+    }
+    out[at] = '\0';
+}
+
 /* Counts a refused path (one that does not exist: ENOENT) and keeps its
  * reason, which the log shows only with -d. */
 static void note_refusal(zm_tree *t, view_stats *vs, const char *path, const zm_err *err)
@@ -594,9 +687,9 @@ static void note_refusal(zm_tree *t, view_stats *vs, const char *path, const zm_
     vs->refused++;
     pthread_mutex_lock(&t->stats_mutex);
     refusal *r = &t->refusals[t->refusals_next];
-    snprintf(r->path, sizeof r->path, "%s", path);
-    snprintf(r->reason, sizeof r->reason, "%s",
-             err && err->reason[0] ? err->reason : "no such file");
+    zm__utf8_copy(r->path, sizeof r->path, path);
+    zm__utf8_copy(r->reason, sizeof r->reason,
+                  err && err->reason[0] ? err->reason : "no such file");
     t->refusals_next = (t->refusals_next + 1) % REFUSALS_KEPT;
     if (t->refusals_count < REFUSALS_KEPT)
         t->refusals_count++;
@@ -605,8 +698,14 @@ static void note_refusal(zm_tree *t, view_stats *vs, const char *path, const zm_
 
 /* ---- Views --------------------------------------------------------------------- */
 
-/* The view for a key, built on first use; held until view_release. */
-static int view_get(zm_tree *t, const target *tg, zm_view **out, zm_err *err)
+static void forget_ahead(zm_tree *t, const zm_view *view);
+static void ahead_make_way(zm_tree *t);
+
+/* The view for a key, built on first use; held until view_release. When
+ * MAX_VIEWS views are held at once, a new one waits until one is let go
+ * (wait), or is refused with -EBUSY (!wait: work ahead, which can do
+ * without). */
+static int view_get(zm_tree *t, const target *tg, zm_view **out, int wait, zm_err *err)
 {
     pthread_mutex_lock(&t->mutex);
     for (;;) {
@@ -641,20 +740,39 @@ static int view_get(zm_tree *t, const target *tg, zm_view **out, zm_err *err)
         rc = -ENOENT; /* refused by the kernel: the path names no view */
 
     pthread_mutex_lock(&t->mutex);
-    t->building = 0;
     if (rc == 0) {
-        if (t->view_count == MAX_VIEWS) {
+        size_t victim = MAX_VIEWS;
+        int waiting = 0;
+        while (t->view_count == MAX_VIEWS) {
             /* Forget the least recently used view nobody holds. */
-            size_t victim = MAX_VIEWS;
+            victim = MAX_VIEWS;
             for (size_t i = 0; i < t->view_count; i++)
                 if (t->views[i].refs == 0 &&
                     (victim == MAX_VIEWS || t->views[i].last_used < t->views[victim].last_used))
                     victim = i;
-            if (victim < MAX_VIEWS) {
-                zm_view_free(t->views[victim].view);
-                free(t->views[victim].key);
-                t->views[victim] = t->views[--t->view_count];
+            if (victim < MAX_VIEWS || !wait)
+                break;
+            /* Every view is held: readers hold theirs for one request, work
+             * ahead for longer, but synthesis ahead lets go when a reader
+             * waits (raised to normal priority until it has), and encoding
+             * ahead when its array is done. No holder waits for a view. */
+            if (!waiting) {
+                waiting = 1;
+                t->view_waiters++;
+                pthread_mutex_unlock(&t->mutex);
+                ahead_make_way(t);
+                pthread_mutex_lock(&t->mutex);
+                continue;
             }
+            pthread_cond_wait(&t->changed, &t->mutex);
+        }
+        if (waiting)
+            t->view_waiters--;
+        if (victim < MAX_VIEWS) {
+            forget_ahead(t, t->views[victim].view);
+            zm_view_free(t->views[victim].view);
+            free(t->views[victim].key);
+            t->views[victim] = t->views[--t->view_count];
         }
         if (t->view_count < MAX_VIEWS) {
             view_entry *e = &t->views[t->view_count++];
@@ -668,17 +786,34 @@ static int view_get(zm_tree *t, const target *tg, zm_view **out, zm_err *err)
             rc = zm_err_set(err, -EBUSY, "%s: too many views in use at once", tg->key);
         }
     }
+    /* Only now: a second build of the same key would make a second entry. */
+    t->building = 0;
     pthread_cond_broadcast(&t->changed);
     pthread_mutex_unlock(&t->mutex);
     return rc;
 }
 
+/* count more holds of a view the caller holds (for threads it starts), or
+ * fewer (-1: one it took back). Under the tree's mutex. */
+static void view_hold_locked(zm_tree *t, zm_view *view, int count)
+{
+    for (size_t i = 0; i < t->view_count; i++)
+        if (t->views[i].view == view)
+            t->views[i].refs += count;
+}
+
+/* Under the tree's mutex. */
+static void view_release_locked(zm_tree *t, zm_view *view)
+{
+    for (size_t i = 0; i < t->view_count; i++)
+        if (t->views[i].view == view && --t->views[i].refs == 0 && t->view_waiters > 0)
+            pthread_cond_broadcast(&t->changed);
+}
+
 static void view_release(zm_tree *t, zm_view *view)
 {
     pthread_mutex_lock(&t->mutex);
-    for (size_t i = 0; i < t->view_count; i++)
-        if (t->views[i].view == view)
-            t->views[i].refs--;
+    view_release_locked(t, view);
     pthread_mutex_unlock(&t->mutex);
 }
 
@@ -714,7 +849,7 @@ static int locate(zm_view *view, const char *rest, place *out, zm_err *err)
             continue;
         }
         if (*next != '\0')
-            return zm_err_set(err, -ENOENT, "%s: no such element", rest);
+            return zm_err_set(err, -ENOENT, "%.*s%s: no such element", SHOWN(rest));
         /* The last component: a file of this node. */
         out->node = node;
         if (!strcmp(p, ".zattrs") && node->attrs)
@@ -729,7 +864,7 @@ static int locate(zm_view *view, const char *rest, place *out, zm_err *err)
                  zm_zarr_parse_chunk_key(p, node->meta.rank, node->grid, out->coords) == 0)
             out->file = F_CHUNK;
         else
-            return zm_err_set(err, -ENOENT, "%s: no such file", rest);
+            return zm_err_set(err, -ENOENT, "%.*s%s: no such file", SHOWN(rest));
         return 0;
     }
     out->node = node;
@@ -759,13 +894,16 @@ static json_t *array_document(zm_tree *t, const zm_store_node *node)
     return zm_zarr_array_document(&meta);
 }
 
-/* Every metadata document of a store, under its key, for .zmetadata. */
+/* Every metadata document of a store, under its key, for .zmetadata.
+ * A node's attributes are copied, never shared: other threads use them at
+ * the same time, and jansson's reference count is not all atomic (its
+ * json_incref reads the count plainly). */
 static void consolidate(zm_tree *t, const zm_store_node *node, const char *path, json_t *metadata)
 {
     char key[1200];
     if (node->attrs) {
         snprintf(key, sizeof key, "%s%s.zattrs", path, *path ? "/" : "");
-        json_object_set(metadata, key, node->attrs);
+        json_object_set_new(metadata, key, json_deep_copy(node->attrs));
     }
     snprintf(key, sizeof key, "%s%s%s", path, *path ? "/" : "", node->is_array ? ".zarray" : ".zgroup");
     json_object_set_new(metadata, key, node->is_array ? array_document(t, node) : zm_zarr_group_document());
@@ -820,7 +958,7 @@ static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size
     case F_ZGROUP:
         return dump(zm_zarr_group_document(), bytes, size, err);
     case F_ZATTRS:
-        return dump(json_incref(w->node->attrs), bytes, size, err);
+        return dump(json_deep_copy(w->node->attrs), bytes, size, err); /* see consolidate */
     case F_ZARRAY:
         return dump(array_document(c->tree, w->node), bytes, size, err);
     case F_ZMETADATA: {
@@ -959,8 +1097,13 @@ static void stop_disk_writer(zm_tree *t)
     t->disk_stop = 1;
     pthread_cond_broadcast(&t->disk_wake);
     pthread_mutex_unlock(&t->disk_mutex);
-    if (writing)
+    if (writing) {
+        /* What is left is filed at normal priority: at idle priority on a
+         * busy machine, the unmount waited many seconds behind other work. */
+        struct sched_param normal = {0};
+        (void)pthread_setschedparam(t->disk_writer, SCHED_OTHER, &normal);
         pthread_join(t->disk_writer, NULL);
+    }
     t->disk_writing = 0;
 }
 
@@ -1080,6 +1223,9 @@ static int file_in_cache(zm_tree *t, zm_view *view, view_stats *vs, const char *
 struct ahead {
     zm_tree *tree;
     char key[ZM__VIEW_KEY];   /* the view */
+    /* The view itself, held by each running thread: node is one of its
+     * arrays, so it must not be freed (evicted) while they use it. */
+    zm_view *view;
     char store_path[1024];    /* the array in the view */
     const zm_store_node *node;
     uint64_t chunks;
@@ -1092,7 +1238,22 @@ struct ahead {
     struct timespec began;
 };
 
-static void start_ahead(zm_tree *t, const char *key, const place *w);
+static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place *w);
+
+/* Forgets the arrays of a view about to be freed (evicted): none is being
+ * encoded (its threads hold the view), and a node of a later view may be
+ * allocated where one of these was. Under the tree's mutex. */
+static void forget_ahead(zm_tree *t, const zm_view *view)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < t->ahead_count; i++) {
+        if (t->ahead[i]->view == view)
+            free(t->ahead[i]);
+        else
+            t->ahead[kept++] = t->ahead[i];
+    }
+    t->ahead_count = kept;
+}
 
 /* Visits every array of the view's store, depth first, with its store
  * path; a visit returning non-zero stops the walk. */
@@ -1186,7 +1347,7 @@ static void walk_next(struct ahead *a, zm_view *view)
     /* Making chunk 0 walks the array; encoding its others starts. */
     if (file_in_cache(t, view, a->stats, path, &w, &ref, &err) == 0) {
         zm_cache_release(t->files, &ref);
-        start_ahead(t, a->key, &w);
+        start_ahead(t, view, a->key, &w);
     }
 }
 
@@ -1194,10 +1355,9 @@ static void *encode_ahead(void *context)
 {
     struct ahead *a = context;
     zm_tree *t = a->tree;
-    target tg;
     zm_err err;
-    zm_view *view = NULL;
-    if (parse_path(t, a->key, &tg, &err) == 0 && view_get(t, &tg, &view, &err) == 0) {
+    zm_view *view = a->view; /* held for this thread by start_ahead */
+    {
         /* One thread first walks the next array (this one's walk is done),
          * so that walking it overlaps encoding this one: a walk that waits
          * for the reader, or for this array's last chunks, leaves cores
@@ -1218,9 +1378,11 @@ static void *encode_ahead(void *context)
             zm_cache_release(t->files, &ref);
             a->done++;
         }
-        view_release(t, view);
     }
+    /* The view goes with the last use of a: once it is let go, it may be
+     * evicted, and a freed with it (forget_ahead). */
     pthread_mutex_lock(&t->mutex);
+    view_release_locked(t, view);
     a->running--;
     t->ahead_running--;
     pthread_cond_broadcast(&t->changed);
@@ -1237,7 +1399,8 @@ static uint64_t array_raw_bytes(const zm_store_node *node)
     return raw;
 }
 
-static void start_ahead(zm_tree *t, const char *key, const place *w)
+/* Starts encoding ahead the array at w of view (held by the caller). */
+static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place *w)
 {
     const zm_store_node *node = w->node;
     uint64_t chunks = 1, raw = array_raw_bytes(node);
@@ -1268,6 +1431,7 @@ static void start_ahead(zm_tree *t, const char *key, const place *w)
     }
     t->ahead[t->ahead_count++] = a;
     a->tree = t;
+    a->view = view;
     snprintf(a->key, sizeof a->key, "%s", key);
     snprintf(a->store_path, sizeof a->store_path, "%s", w->store_path);
     a->node = node;
@@ -1282,9 +1446,11 @@ static void start_ahead(zm_tree *t, const char *key, const place *w)
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         t->ahead_running++;
         a->running++;
+        view_hold_locked(t, view, 1);
         if (pthread_create(&thread, &attr, encode_ahead, a) != 0) {
             t->ahead_running--;
             a->running--;
+            view_hold_locked(t, view, -1);
         }
         pthread_attr_destroy(&attr);
     }
@@ -1295,13 +1461,8 @@ static void *hand_on_early(void *context)
 {
     struct ahead *a = context;
     zm_tree *t = a->tree;
-    target tg;
-    zm_err err;
-    zm_view *view = NULL;
-    if (parse_path(t, a->key, &tg, &err) == 0 && view_get(t, &tg, &view, &err) == 0) {
-        walk_next(a, view);
-        view_release(t, view);
-    }
+    walk_next(a, a->view); /* held for this thread by start_next_walk_early */
+    view_release(t, a->view);
     free(a);
     pthread_mutex_lock(&t->mutex);
     t->ahead_running--;
@@ -1322,18 +1483,21 @@ static void start_next_walk_early(zm_tree *t, zm_view *view, const char *key, co
     if (a == NULL)
         return;
     a->tree = t;
+    a->view = view;
     snprintf(a->key, sizeof a->key, "%s", key);
     snprintf(a->store_path, sizeof a->store_path, "%s", w->store_path);
     a->node = w->node;
     a->stats = stats_for(t, key);
     pthread_mutex_lock(&t->mutex);
     t->ahead_running++;
+    view_hold_locked(t, view, 1);
     pthread_t thread;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&thread, &attr, hand_on_early, a) != 0) {
         t->ahead_running--;
+        view_hold_locked(t, view, -1);
         free(a);
     }
     pthread_attr_destroy(&attr);
@@ -1360,7 +1524,7 @@ static int with_file(zm_tree *t, zm_view *view, view_stats *vs, const char *full
     int rc = file_in_cache(t, view, vs, full_path, w, ref, err);
     if (rc == 0 && key[0] &&
         (zm_synth_walk_started(w->node) || (t->disk != NULL && kept_on_disk(view, w->node))))
-        start_ahead(t, key, w);
+        start_ahead(t, view, key, w);
     return rc;
 }
 
@@ -1480,7 +1644,9 @@ static int ahead_run(zm_tree *t, view_stats *vs, zm_view *view)
     vs->ahead_total = total;
     vs->ahead_run_chunks = 0;
     for (;;) {
-        if (t->closing) {
+        /* A reader waits for a view to be let go: this one goes (it starts
+         * again at its view's next request). */
+        if (t->closing || t->view_waiters > 0) {
             state = AHEAD_IDLE;
             break;
         }
@@ -1568,9 +1734,12 @@ static void *synthesize_ahead(void *context)
     zm_err err;
     zm_err_clear(&err);
     zm_view *view = NULL;
-    if (parse_path(t, vs->key, &tg, &err) == 0 && view_get(t, &tg, &view, &err) == 0) {
+    int rc = parse_path(t, vs->key, &tg, &err);
+    if (rc == 0 && (rc = view_get(t, &tg, &view, 0, &err)) == 0) {
         state = ahead_run(t, vs, view);
         view_release(t, view);
+    } else if (rc == -EBUSY) {
+        state = AHEAD_IDLE; /* every view is in use: again at the view's next request */
     } else {
         pthread_mutex_lock(&t->mutex);
         snprintf(vs->ahead_reason, sizeof vs->ahead_reason, "%s", err.reason);
@@ -1633,6 +1802,27 @@ static void ahead_raise(view_stats *vs, const zm_store_node *node)
     struct sched_param param = {0};
     if (tid > 0)
         (void)sched_setscheduler(tid, SCHED_OTHER, &param);
+}
+
+/* A reader waits for a view to be let go (view_get): every worker runs at
+ * normal priority until it stops, at its next chunk, so that the reader
+ * does not wait behind idle-priority work. */
+static view_stats **stats_list(zm_tree *t, size_t *count);
+
+static void ahead_make_way(zm_tree *t)
+{
+    size_t count;
+    view_stats **views = stats_list(t, &count);
+    for (size_t i = 0; i < count; i++) {
+        view_stats *vs = views[i];
+        pid_t tid = vs->ahead_tid;
+        if (tid > 0 && vs->ahead_background) {
+            vs->ahead_background = 0;
+            struct sched_param param = {0};
+            (void)sched_setscheduler(tid, SCHED_OTHER, &param);
+        }
+    }
+    free(views);
 }
 
 /* ---- Stats: the snapshot and the works in progress ---------------------------------- */
@@ -1910,43 +2100,103 @@ static json_t *stats_document(zm_tree *t, uint64_t serial)
                          "capacityBytes", (json_int_t)d.capacity_bytes);
     }
     return json_pack("{s:s, s:s, s:I, s:f, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "version", ZM_VERSION,
-                     "source", t->source_path, "snapshot", (json_int_t)serial, "uptimeSeconds",
+                     "source", t->source_text, "snapshot", (json_int_t)serial, "uptimeSeconds",
                      rounded(seconds_since(&t->mounted), 1e-3), "total", sum, "views", views,
                      "outsideViews", requests_json(&outside), "works", running, "recentWorks",
                      recent, "refusals", refused, "diskCache", disk);
 }
 
-/* Takes a new snapshot of the counters as stats.json; its size to *size.
- * Two snapshots in a row never have the same size: the kernel drops the
- * pages it kept of a file whose size changes (FUSE keeps pages across
- * opens, and this daemon lets the kernel open files without asking), so
- * a changed size is what makes it read the new snapshot. */
-static int take_snapshot(zm_tree *t, uint64_t *size)
+typedef struct snapshot {
+    struct snapshot *next;
+    uint64_t serial;
+    char *bytes;
+    size_t size;
+} snapshot;
+
+/* The snapshot with this serial (0: the newest), or NULL. Under stats_mutex. */
+static snapshot *find_snapshot(zm_tree *t, uint64_t serial)
 {
+    snapshot *s = t->snapshots;
+    while (s != NULL && serial != 0 && s->serial != serial)
+        s = s->next;
+    return s;
+}
+
+/* The serial of a snapshot's path, STATS_PATH "@<serial>" (0 for any
+ * other path: STATS_PATH itself means the newest). */
+static uint64_t snapshot_serial_of(const char *path)
+{
+    size_t n = strlen(STATS_PATH);
+    uint64_t serial;
+    if (strncmp(path, STATS_PATH, n) != 0 || path[n] != '@' ||
+        parse_number(path + n + 1, strlen(path + n + 1), 1, UINT64_MAX, &serial) != 0)
+        return 0;
+    return serial;
+}
+
+/* Takes a new snapshot of the counters as stats.json, for a lookup; its
+ * size to *size, its serial to *serial. Two snapshots in a row never have
+ * the same size: the kernel drops the pages it kept of a file whose size
+ * changes (FUSE keeps pages across opens, and this daemon lets the kernel
+ * open files without asking), should it read the file as STATS_PATH. */
+static int take_snapshot(zm_tree *t, uint64_t *size, uint64_t *serial)
+{
+    pthread_mutex_lock(&t->snapshot_taking);
     pthread_mutex_lock(&t->stats_mutex);
-    uint64_t serial = ++t->snapshot_serial;
+    uint64_t number = ++t->snapshot_serial;
     pthread_mutex_unlock(&t->stats_mutex);
-    json_t *document = stats_document(t, serial);
+    json_t *document = stats_document(t, number);
     char *text = document ? json_dumps(document, JSON_INDENT(2) | JSON_REAL_PRECISION(15)) : NULL;
     json_decref(document);
     size_t length = text ? strlen(text) : 0;
-    char *snapshot = text ? malloc(length + 3) : NULL;
-    if (snapshot == NULL) {
+    char *bytes = text ? malloc(length + 3) : NULL;
+    snapshot *s = bytes ? malloc(sizeof *s) : NULL;
+    if (s == NULL) {
+        free(bytes);
         free(text);
+        pthread_mutex_unlock(&t->snapshot_taking);
         return -ENOMEM;
     }
-    memcpy(snapshot, text, length);
+    memcpy(bytes, text, length);
     free(text);
-    snapshot[length++] = '\n';
+    bytes[length++] = '\n';
     pthread_mutex_lock(&t->stats_mutex);
-    if (length == t->snapshot_size)
-        snapshot[length++] = '\n';
-    free(t->snapshot);
-    t->snapshot = snapshot;
-    t->snapshot_size = length;
+    if (length == t->snapshot_last_size)
+        bytes[length++] = '\n';
+    *s = (snapshot){t->snapshots, number, bytes, length};
+    t->snapshots = s;
+    t->snapshot_last_size = length;
+    if (++t->snapshot_count > SNAPSHOTS_KEPT) {
+        /* The kernel forgets inodes it no longer uses; should it not,
+         * the oldest snapshot goes (a read of it fails). */
+        snapshot **last = &t->snapshots;
+        while ((*last)->next != NULL)
+            last = &(*last)->next;
+        free((*last)->bytes);
+        free(*last);
+        *last = NULL;
+        t->snapshot_count--;
+    }
     *size = length;
+    *serial = number;
     pthread_mutex_unlock(&t->stats_mutex);
+    pthread_mutex_unlock(&t->snapshot_taking);
     return 0;
+}
+
+void zm__tree_release_snapshot(zm_tree *t, uint64_t serial)
+{
+    pthread_mutex_lock(&t->stats_mutex);
+    for (snapshot **at = &t->snapshots; *at != NULL; at = &(*at)->next)
+        if ((*at)->serial == serial) {
+            snapshot *gone = *at;
+            *at = gone->next;
+            free(gone->bytes);
+            free(gone);
+            t->snapshot_count--;
+            break;
+        }
+    pthread_mutex_unlock(&t->stats_mutex);
 }
 
 /* The progress teller: every second, the works running longer than
@@ -1995,7 +2245,7 @@ static void *tell_progress(void *context)
     zm_tree *t = context;
     struct timespec last_told = {0, 0};
     int told = 0;
-    static _Thread_local work told_works[WORKS_SHOWN];
+    work told_works[WORKS_SHOWN]; /* on this thread's stack: TLS would cost every thread */
     size_t told_count = 0;
     pthread_mutex_lock(&t->teller_mutex);
     while (!t->teller_stop) {
@@ -2074,7 +2324,35 @@ static void ladder(uint64_t n, uint64_t *sizes, size_t *count)
         sizes[(*count)++] = n;
 }
 
-static int take_snapshot(zm_tree *t, uint64_t *size);
+/* The cells a stratified view's minimum takes before anything is split:
+ * over the occupied strata, the sum of min(minimum, the stratum's cells).
+ * The kernel refuses a smaller k, so a listing leaves such sizes out (a
+ * listed name always exists). 0 when no size need be left out. */
+static uint64_t minimum_cells(zm_tree *t, const zm_view_spec *spec)
+{
+    if (spec->kind != ZM_VIEW_STRATIFIED || spec->minimum == 0)
+        return 0;
+    zm_field_strata strata;
+    zm_err ignored;
+    if (zm_view_field_strata(t->source, spec->field, &strata, &ignored) != 0)
+        return 0;
+    uint64_t n = zm_source_n_obs(t->source), total = 0;
+    /* Strata 0..count-1 by code, the missing values after them. */
+    uint64_t *sizes = calloc(strata.count + 1, sizeof *sizes);
+    int known = sizes != NULL;
+    for (uint64_t p = 0; known && p < n; p++) {
+        int32_t code = strata.codes[p];
+        if (code >= 0 && (uint64_t)code >= strata.count)
+            known = 0;
+        else
+            sizes[code < 0 ? strata.count : (uint64_t)code]++;
+    }
+    for (uint64_t s = 0; known && s <= strata.count; s++)
+        total += sizes[s] < spec->minimum ? sizes[s] : spec->minimum;
+    free(sizes);
+    zm_field_strata_free(&strata);
+    return known ? total : 0;
+}
 
 static int lookup_target(zm_tree *t, const char *path, const target *target_in, view_stats *vs,
                          zm_node *node, zm_err *err)
@@ -2086,7 +2364,7 @@ static int lookup_target(zm_tree *t, const char *path, const target *target_in, 
     if (tg.kind == T_STATS_FILE) {
         node->kind = ZM_NODE_FILE;
         node->live = 1;
-        return take_snapshot(t, &node->size);
+        return take_snapshot(t, &node->size, &node->snapshot);
     }
     if (tg.kind == T_INFO_FILE) {
         node->kind = ZM_NODE_FILE;
@@ -2101,7 +2379,7 @@ static int lookup_target(zm_tree *t, const char *path, const target *target_in, 
     if (tg.kind != T_VIEW)
         return 0;
     zm_view *view;
-    if ((rc = view_get(t, &tg, &view, err)) != 0)
+    if ((rc = view_get(t, &tg, &view, 1, err)) != 0)
         /* A request the kernel refuses (a minimum that does not fit, ...)
          * names no view: the path does not exist. */
         return rc == -EINVAL ? -ENOENT : rc;
@@ -2142,17 +2420,23 @@ int zm__tree_lookup(zm_tree *t, const char *path, zm_node *node, zm_err *err)
 int zm__tree_getattr(zm_tree *t, const char *path, zm_node *node, zm_err *err)
 {
     target tg;
-    int rc = parse_path(t, path, &tg, err);
+    uint64_t serial = snapshot_serial_of(path);
+    int rc = parse_path(t, serial ? STATS_PATH : path, &tg, err);
     if (rc != 0 || tg.kind != T_STATS_FILE)
         return rc != 0 ? rc : zm__tree_lookup(t, path, node, err);
     memset(node, 0, sizeof *node);
     node->kind = ZM_NODE_FILE;
     node->live = 1;
     pthread_mutex_lock(&t->stats_mutex);
-    int have = t->snapshot != NULL;
-    node->size = t->snapshot_size;
+    snapshot *s = find_snapshot(t, serial);
+    if (s != NULL) {
+        node->size = s->size;
+        node->snapshot = s->serial;
+    }
     pthread_mutex_unlock(&t->stats_mutex);
-    return have ? 0 : take_snapshot(t, &node->size);
+    if (s == NULL && serial != 0)
+        return zm_err_set(err, -ESTALE, "%s: this snapshot is gone: open the file again", path);
+    return s != NULL ? 0 : take_snapshot(t, &node->size, &node->snapshot);
 }
 
 void zm__tree_count_open(zm_tree *t, const char *path)
@@ -2168,7 +2452,7 @@ void zm__tree_count_open(zm_tree *t, const char *path)
 static int emit_name(zm__tree_emit emit, void *context, const char *name, zm_node_kind kind,
                      uint64_t size)
 {
-    zm_node node = {kind, size, 0};
+    zm_node node = {.kind = kind, .size = size};
     return emit(context, name, &node);
 }
 
@@ -2223,8 +2507,13 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
     case T_ALLOC:
         return emit_name(emit, context, "min=0", ZM_NODE_DIRECTORY, 0);
     case T_GRID: {
-        /* The default columns, and each column alone. */
+        /* The default columns, as many of them as the grid fits (G^d <
+         * 2^53): a listed name always exists. */
         char cols[48] = "cols=";
+        zm_err ignored;
+        while (tg.spec.column_count > 1 &&
+               grid_fits(tg.spec.embedding, tg.spec.grid_size, tg.spec.column_count, &ignored) != 0)
+            tg.spec.column_count--;
         for (unsigned i = 0; i < tg.spec.column_count; i++)
             snprintf(cols + strlen(cols), sizeof cols - strlen(cols), "%s%u", i ? "," : "", i);
         return emit_name(emit, context, cols, ZM_NODE_DIRECTORY, 0);
@@ -2260,7 +2549,10 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
         uint64_t sizes[24];
         size_t count;
         ladder(zm_source_n_obs(t->source), sizes, &count);
+        uint64_t least = minimum_cells(t, &tg.spec);
         for (size_t i = 0; i < count; i++) {
+            if (sizes[i] < least)
+                continue;
             snprintf(name, sizeof name, "k=%" PRIu64, sizes[i]);
             if ((rc = emit_name(emit, context, name, ZM_NODE_DIRECTORY, 0)) != 0)
                 return rc;
@@ -2271,7 +2563,7 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
         break;
     }
     zm_view *view;
-    if ((rc = view_get(t, &tg, &view, err)) != 0)
+    if ((rc = view_get(t, &tg, &view, 1, err)) != 0)
         return rc;
     ahead_touch(t, stats_for(t, tg.key));
     place w;
@@ -2342,20 +2634,24 @@ int zm__tree_list(zm_tree *t, const char *path, zm__tree_emit emit, void *contex
     return rc;
 }
 
-static int read_target(zm_tree *t, const char *path, const target *target_in, view_stats *vs,
-                       uint64_t offset, size_t size, void *buffer, size_t *done, zm_err *err)
+static int read_target(zm_tree *t, const char *path, const target *target_in, uint64_t serial,
+                       view_stats *vs, uint64_t offset, size_t size, void *buffer, size_t *done,
+                       zm_err *err)
 {
     target tg = *target_in;
     int rc;
     if (tg.kind == T_STATS_FILE) {
-        /* The snapshot the last lookup took (the kernel looks the file up
-         * at every open: its entry is never kept). */
+        /* The snapshot of the lookup that gave the inode (serial), or
+         * the newest for STATS_PATH itself. */
         pthread_mutex_lock(&t->stats_mutex);
-        if (t->snapshot && offset < t->snapshot_size) {
-            *done = t->snapshot_size - offset < size ? t->snapshot_size - offset : size;
-            memcpy(buffer, t->snapshot + offset, *done);
+        snapshot *s = find_snapshot(t, serial);
+        if (s != NULL && offset < s->size) {
+            *done = s->size - offset < size ? s->size - offset : size;
+            memcpy(buffer, s->bytes + offset, *done);
         }
         pthread_mutex_unlock(&t->stats_mutex);
+        if (s == NULL && serial != 0)
+            return zm_err_set(err, -ESTALE, "%s: this snapshot is gone: open the file again", path);
         return 0;
     }
     if (tg.kind == T_INFO_FILE) {
@@ -2368,7 +2664,7 @@ static int read_target(zm_tree *t, const char *path, const target *target_in, vi
     if (tg.kind != T_VIEW)
         return zm_err_set(err, -EISDIR, "%s: a directory", path);
     zm_view *view;
-    if ((rc = view_get(t, &tg, &view, err)) != 0)
+    if ((rc = view_get(t, &tg, &view, 1, err)) != 0)
         return rc;
     ahead_touch(t, vs);
     place w;
@@ -2395,11 +2691,12 @@ int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, vo
 {
     *done = 0;
     target tg;
-    int rc = parse_path(t, path, &tg, err);
+    uint64_t serial = snapshot_serial_of(path);
+    int rc = parse_path(t, serial ? STATS_PATH : path, &tg, err);
     view_stats *vs = rc == 0 ? stats_of_target(t, &tg) : &t->outside;
     vs->reads++;
     if (rc == 0)
-        rc = read_target(t, path, &tg, vs, offset, size, buffer, done, err);
+        rc = read_target(t, path, &tg, serial, vs, offset, size, buffer, done, err);
     if (rc == 0)
         vs->bytes_served += *done;
     else if (rc == -ENOENT)
@@ -2491,10 +2788,15 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     pthread_cond_init(&t->disk_wake, NULL);
     pthread_cond_init(&t->changed, NULL);
     pthread_mutex_init(&t->stats_mutex, NULL);
+    pthread_mutex_init(&t->snapshot_taking, NULL);
     clock_gettime(CLOCK_MONOTONIC, &t->mounted);
     t->outside.key = "";
     t->more_views.key = "(more views)";
     t->source_path = strdup(options->source);
+    size_t source_length = strlen(options->source);
+    t->source_text = malloc(source_length + 1);
+    if (t->source_text != NULL)
+        zm__utf8_copy(t->source_text, source_length + 1, options->source);
     t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : (1u << 20);
     uint64_t memory = options->cache_bytes ? options->cache_bytes : DEFAULT_MEMORY_BYTES;
     t->cache_bytes = memory / 2 ? memory / 2 : 1;
@@ -2525,7 +2827,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
         zm_codec_format(&t->codec, codec, sizeof codec);
         json_t *info = json_pack(
             "{s:s, s:s, s:{s:I, s:I, s:I, s:I}, s:s, s:I, s:I, s:{s:I, s:s, s:s}, s:{s:s, s:I, s:I}}",
-            "version", ZM_VERSION, "source", t->source_path, "identity", "device",
+            "version", ZM_VERSION, "source", t->source_text, "identity", "device",
             (json_int_t)t->identity.device, "inode", (json_int_t)t->identity.inode, "size",
             (json_int_t)t->identity.size, "mtimeNs", (json_int_t)t->identity.mtime_ns, "format",
             zm_source_format_name(zm_source_get_format(t->source)), "nObs",
@@ -2589,9 +2891,16 @@ void zm__tree_close(zm_tree *t)
         free(t->view_stats[i]);
     }
     free(t->view_stats);
-    free(t->snapshot);
+    while (t->snapshots != NULL) {
+        snapshot *next = t->snapshots->next;
+        free(t->snapshots->bytes);
+        free(t->snapshots);
+        t->snapshots = next;
+    }
     pthread_mutex_destroy(&t->stats_mutex);
+    pthread_mutex_destroy(&t->snapshot_taking);
     free(t->source_path);
+    free(t->source_text);
     pthread_mutex_destroy(&t->mutex);
     pthread_mutex_destroy(&t->disk_mutex);
     pthread_cond_destroy(&t->disk_wake);
@@ -2786,7 +3095,13 @@ int zm__tree_explain(zm_tree *t, const char *path, json_t **out, zm_err *err)
     int rc = parse_path(t, path, &tg, err);
     if (rc != 0)
         return rc;
-    json_t *e = json_pack("{s:s}", "path", path);
+    /* The path as JSON holds it: UTF-8 (it may be any bytes). */
+    size_t length = strlen(path);
+    char *shown = malloc(length + 1);
+    if (shown != NULL)
+        zm__utf8_copy(shown, length + 1, path);
+    json_t *e = shown ? json_pack("{s:s}", "path", shown) : NULL;
+    free(shown);
     if (e == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory");
     static const char *const what[] = {
@@ -2794,6 +3109,8 @@ int zm__tree_explain(zm_tree *t, const char *path, json_t **out, zm_err *err)
                    "spatial) and .zarrmount",
         [T_INFO_DIR] = "the mount's own files",
         [T_INFO_FILE] = "the source, its identity, the version and the options",
+        [T_STATS_FILE] = "the mount's counters, per view and in total (a new snapshot at every "
+                         "open)",
         [T_METHOD] = "a method: its settings, then seeds",
         [T_BLOCK] = "blocks of this size: seeds",
         [T_FIELD] = "the settings of the method over this key, or seeds at the defaults",
@@ -2827,12 +3144,16 @@ int zm__tree_explain(zm_tree *t, const char *path, json_t **out, zm_err *err)
         json_object_set_new(e, "kind", json_string("view"));
         rc = explain_view(t, &tg, e, err);
         break;
-    default:
-        json_object_set_new(e, "kind", json_string("directory"));
+    default: {
+        /* .zarrmount's two files, or a directory; only a method's own
+         * directories name the method. */
+        int file = tg.kind == T_INFO_FILE || tg.kind == T_STATS_FILE;
+        json_object_set_new(e, "kind", json_string(file ? "file" : "directory"));
         json_object_set_new(e, "holds", json_string(what[tg.kind]));
-        if (tg.kind != T_ROOT && tg.kind != T_INFO_DIR && tg.kind != T_INFO_FILE)
+        if (!file && tg.kind != T_ROOT && tg.kind != T_INFO_DIR)
             json_object_set_new(e, "method", json_string(zm_view_kind_name(tg.spec.kind)));
         break;
+    }
     }
     if (rc != 0) {
         json_decref(e);

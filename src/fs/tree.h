@@ -59,8 +59,12 @@ typedef struct zm_node {
                       * in zm__tree_list, ZM_SIZE_UNKNOWN when knowing it would mean
                       * synthesizing: look the entry up for its attributes */
     int live;        /* changes while mounted (.zarrmount/stats.json): each lookup
-                      * takes a new snapshot, reads serve the latest one, and the
-                      * kernel must keep neither its name, attributes nor pages */
+                      * takes a new snapshot, and the kernel must keep neither its
+                      * name nor its attributes */
+    uint64_t snapshot; /* a live file's snapshot (0: none). Served under a path of
+                        * its own, "<path>@<snapshot>" (an inode of its own: a
+                        * reader taking it in several reads while another opens
+                        * the file sees one snapshot whole), until released */
 } zm_node;
 
 #define ZM_SIZE_UNKNOWN UINT64_MAX
@@ -81,16 +85,28 @@ int zm__tree_read(zm_tree *tree, const char *path, uint64_t offset, size_t size,
                   size_t *done, zm_err *err);
 
 /* What a path is, for `zarrmount explain`, as a JSON object (a json_t *):
- * a directory, a link and the size rule, or a view (method, n, k, seed,
+ * a directory or a .zarrmount file ("kind": "directory" or "file", with
+ * what it "holds"), a link and the size rule, or a view (method, n, k, seed,
  * settings and where they came from, digest, strata, first cells in
  * priority order). Reads no chunk. -ENOENT with the reason a path does not
  * exist (not canonical, refused by the kernel, an unknown key). */
 struct json_t;
 int zm__tree_explain(zm_tree *tree, const char *path, struct json_t **out, zm_err *err);
+
+/* Copies text into out (size bytes, size >= 1) as valid UTF-8, which JSON
+ * needs (jansson refuses anything else): a path is whatever bytes a caller
+ * chose. A byte that starts no valid sequence becomes '?'; a sequence that
+ * does not fit whole is cut off. */
+void zm__utf8_copy(char *out, size_t size, const char *text);
+
 /* What a live file (zm_node.live) is now, without taking a new snapshot:
  * the kernel asks for attributes between a lookup and the reads. Other
  * paths answer as zm__tree_lookup does. */
 int zm__tree_getattr(zm_tree *tree, const char *path, zm_node *node, zm_err *err);
+
+/* The kernel forgot the inode of a snapshot (zm_node.snapshot): it is
+ * freed, and "<path>@<snapshot>" no longer read. */
+void zm__tree_release_snapshot(zm_tree *tree, uint64_t snapshot);
 
 /* Counts an open of path in its view's counters (the tree sees lookups,
  * listings and reads itself; opens reach only the FUSE layer). */

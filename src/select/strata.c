@@ -314,19 +314,27 @@ int zm__spatial_boxes(const double *coords, uint64_t n, unsigned dims, uint64_t 
         non_finite_box *= grid_size;
     const double grid = (double)grid_size; /* exact: G < 2^53 */
     for (uint64_t p = 0; p < n; p++) {
+        /* A row with any non-finite coordinate is in the box past the grid.
+         * Its finite coordinates may lie outside the bounds (which only
+         * complete rows set), so none of them is placed on the grid. */
+        double x[3];
+        int finite = 1;
+        for (unsigned a = 0; a < dims; a++) {
+            x[a] = round_to_float32(coords[p * dims + a]);
+            finite &= isfinite(x[a]) != 0;
+        }
+        if (!finite) {
+            boxes[p] = non_finite_box;
+            continue;
+        }
         uint64_t box = 0, stride = 1;
         for (unsigned a = 0; a < dims; a++) {
-            double x = round_to_float32(coords[p * dims + a]);
-            if (!isfinite(x)) {
-                box = non_finite_box;
-                break;
-            }
             double width = high[a] - low[a];
             uint64_t b = 0;
             if (width != 0) {
                 /* Three binary64 operations, each rounded, never fused
                  * (the build passes -ffp-contract=off). */
-                double offset = x - low[a];
+                double offset = x[a] - low[a];
                 double scaled = offset * grid;
                 double ratio = scaled / width;
                 double cell = floor(ratio);

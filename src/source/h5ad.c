@@ -268,6 +268,14 @@ static int dataframe_group(reader *r, const char *h5path, const char *parent, co
             rc = zm_err_set(r->err, -EINVAL, "%s: column %s is listed but missing", h5path, column);
             break;
         }
+        /* Listed twice: one column (a store holds each name once). */
+        int repeated = 0;
+        for (size_t j = 0; j < df->child_count; j++)
+            repeated |= strcmp(df->children[j]->name, column) == 0;
+        if (repeated) {
+            zm__source_skip(r->source, path, "listed more than once in column-order: served once");
+            continue;
+        }
         rc = read_any(r, path, df->path, column, &c);
         if (rc == 0 && c == NULL)
             continue; /* skipped, with its reason recorded */
@@ -496,6 +504,10 @@ static int legacy_dataframe(reader *r, const char *h5path, const char *parent, c
             c->kind == ZM_ELEMENT_ARRAY) {
             zm_element *categories = NULL;
             rc = dataset_element(r, categories_path, NULL, "", "categories", &categories);
+            if (rc != 0) {
+                zm__element_free(c); /* the column: not in the dataframe yet */
+                break;
+            }
             if (rc == 0) {
                 zm_element *cat = categorical_from(r, c, categories, 0);
                 if (cat == NULL) {
@@ -525,8 +537,10 @@ static int legacy_dataframe(reader *r, const char *h5path, const char *parent, c
                 used_categories->offsets[++used_categories->count] = at + strlen(used + at);
             }
         }
-        if (rc == 0 && zm__element_add_child(df, c) != 0)
+        if (rc == 0 && zm__element_add_child(df, c) != 0) {
+            zm__element_free(c);
             rc = fail_oom(r, h5path);
+        }
     }
     zm_strings_free(&members);
     if (rc == 0 && df->index == NULL)

@@ -241,10 +241,15 @@ int zm__h5_attribute_bool(hid_t location, const char *object, const char *name, 
     hid_t attribute = open_attribute(location, object, name);
     if (attribute < 0)
         return -ENOENT;
-    hid_t type = H5Aget_type(attribute);
+    hid_t type = H5Aget_type(attribute), space = H5Aget_space(attribute);
     int rc = 0;
     H5T_class_t cls = H5Tget_class(type);
-    if (cls == H5T_ENUM || cls == H5T_INTEGER) {
+    /* One value (H5Aread reads them all: an array would not fit below). */
+    hssize_t count = space_count(space);
+    H5Sclose(space);
+    if (count != 1) {
+        rc = -EINVAL;
+    } else if (cls == H5T_ENUM || cls == H5T_INTEGER) {
         /* h5py's bool is an enum over int8; read its raw byte(s). */
         hid_t native = H5Tget_native_type(type, H5T_DIR_ASCEND);
         unsigned char buffer[16] = {0};
@@ -462,6 +467,21 @@ static int file_sizes(zm_array *array)
     return ok;
 }
 
+/* The memory type of one value as reads return it: native order and the
+ * presented size. HDF5's native type for a half float is a float (4 bytes,
+ * which would not fit the values asked for): a half is read as a half. */
+static hid_t value_memory_type(hid_t stored_type)
+{
+    if (H5Tget_class(stored_type) == H5T_FLOAT && H5Tget_size(stored_type) == 2) {
+        hid_t half = H5Tcopy(H5T_IEEE_F32LE);
+        H5Tset_fields(half, 15, 10, 5, 0, 10);
+        H5Tset_size(half, 2);
+        H5Tset_ebias(half, 15);
+        return half;
+    }
+    return H5Tget_native_type(stored_type, H5T_DIR_ASCEND);
+}
+
 static int classify(hid_t type, zm_dtype *dtype, int *big_endian, int *vlen, int *utf8)
 {
     *big_endian = 0;
@@ -626,7 +646,7 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
 
     /* The fill value of unallocated chunks, when it fits a value. */
     if (!vlen && array->stored_size <= sizeof array->fill) {
-        hid_t native = H5Tget_native_type(array->stored_type, H5T_DIR_ASCEND);
+        hid_t native = value_memory_type(array->stored_type);
         if (native >= 0) {
             H5Pget_fill_value(dcpl, native, array->fill);
             H5Tclose(native);
@@ -830,7 +850,7 @@ int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *range
     uint64_t row_bytes = zm_array_row_bytes(array);
     int rc = 0;
     zm__hdf5_lock();
-    hid_t native = H5Tget_native_type(array->stored_type, H5T_DIR_ASCEND);
+    hid_t native = value_memory_type(array->stored_type);
     hid_t memtype = memory_type(array, native);
     uint8_t *at = out;
     for (size_t first = 0; rc == 0 && first < count; first += RANGES_PER_READ) {

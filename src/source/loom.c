@@ -77,6 +77,10 @@ int zm__array_element(zm_source *source, const char *h5path, const char *field, 
 int zm__read_whole(zm_source *source, zm_array *array, int as_double, void **out, zm_err *err)
 {
     const zm_array_info *info = zm_array_describe(array);
+    /* Rows of more than one value would not fit the buffers below. */
+    if (info->rank > 1)
+        return zm_err_set(err, -EINVAL, "%s: expected a 1-d array, not %u-d", info->file_path,
+                          info->rank);
     uint64_t n = info->rank == 0 ? 1 : info->shape[0];
     uint8_t *raw = malloc(n * info->dtype.size + 1);
     void *values = malloc(n * 8 + 1);
@@ -97,7 +101,11 @@ int zm__read_whole(zm_source *source, zm_array *array, int as_double, void **out
             } else {
                 rc = zm_err_set(err, -ENOTSUP, "%s: half floats here are not supported", info->file_path);
             }
-            k = (int64_t)d;
+            /* Out of int64's range (or NaN) the conversion is undefined. */
+            if (rc == 0 && !as_double && !(d > -9223372036854775808.0 && d < 9223372036854775808.0))
+                rc = zm_err_set(err, -EINVAL, "%s: value %g (entry %llu) is not an integer",
+                                info->file_path, d, (unsigned long long)i);
+            k = rc == 0 && !as_double ? (int64_t)d : 0;
             break;
         case ZM_TYPE_INT:
         case ZM_TYPE_BOOL:

@@ -99,6 +99,13 @@ static int resolve_chunks(zm_source *source, zm_array *array, const uint64_t *ch
             return zm_err_set(err, -ENOMEM, "%s: out of memory indexing %llu chunks",
                               array->file_path, (unsigned long long)array->chunk_count);
     }
+    /* Every entry is written under index_mutex (once: unknown, then known
+     * for good), and a request reads its chunks' entries only after this
+     * has seen them known under the mutex, or the whole index complete:
+     * so it sees each address with its stored size and filter mask. */
+    if (atomic_load_explicit(&array->index_complete, memory_order_acquire))
+        return 0;
+    pthread_mutex_lock(&array->index_mutex);
     /* Read from the chunk index where we can (HDF5 1.10 walks its index from
      * the start for every lookup): all of it when a request wants an
      * eighth of the chunks or more, else the paths to the ones it wants. */
@@ -117,15 +124,12 @@ static int resolve_chunks(zm_source *source, zm_array *array, const uint64_t *ch
             int whole = kept * 8 >= array->chunk_count;
             zm_err why;
             zm_err_clear(&why);
-            pthread_mutex_lock(&array->index_mutex);
-            int rc = array->btree_state < 0
-                         ? -ENOTSUP
-                         : zm__chunk_index_read(source, array, whole ? NULL : unknown,
-                                                whole ? 0 : kept, &why);
+            int rc = zm__chunk_index_read(source, array, whole ? NULL : unknown, whole ? 0 : kept,
+                                          &why);
             if (rc == 0 && whole)
-                array->index_complete = 1;
-            pthread_mutex_unlock(&array->index_mutex);
+                atomic_store_explicit(&array->index_complete, 1, memory_order_release);
             if (rc == -ENOMEM) {
+                pthread_mutex_unlock(&array->index_mutex);
                 free(unknown);
                 if (err)
                     *err = why;
@@ -134,9 +138,12 @@ static int resolve_chunks(zm_source *source, zm_array *array, const uint64_t *ch
         }
         free(unknown);
     }
+    /* What is still unknown, HDF5 looks up (its lock inside ours, as in
+     * zm__chunk_index_read). */
     zm__hdf5_lock();
     int rc = zm__h5_chunk_lookup(array, chunks, count, err);
     zm__hdf5_unlock();
+    pthread_mutex_unlock(&array->index_mutex);
     return rc;
 }
 
@@ -282,7 +289,9 @@ static int decode_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint
     }
     if (rc != 0)
         return rc;
-    if (array->info.big_endian)
+    /* Stored bytes of a big-endian array are swapped; the fill value was
+     * asked of HDF5 in native order already. */
+    if (array->info.big_endian && address != ZM__CHUNK_ABSENT)
         swap_bytes(raw, raw_size / array->info.dtype.size, array->info.dtype.size);
     if (check && checked_at_decode(array)) {
         uint64_t origin = chunk * array->chunk[0];

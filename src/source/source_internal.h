@@ -58,7 +58,7 @@ struct zm_array {
     uint64_t *chunk_address;      /* ZM__CHUNK_UNKNOWN, ZM__CHUNK_ABSENT or the file offset */
     uint32_t *chunk_stored_size;
     uint32_t *chunk_filter_mask;
-    int index_complete;           /* every entry known */
+    _Atomic int index_complete;   /* every entry known (set once, under index_mutex) */
     int btree_state;              /* btree.c: 0 not tried, 1 read by us, −1 HDF5's lookups */
     uint64_t btree_root;          /* its version 1 B-tree (relative address) */
     unsigned btree_dims;

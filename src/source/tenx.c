@@ -49,6 +49,15 @@ static int extra_columns(zm_source *source, zm_element *df, const char *group, u
         snprintf(path, sizeof path, "%s/%s", group, key);
         if (skip || zm__h5_object_type(source->file, path) != H5O_TYPE_DATASET)
             continue;
+        /* A dataset named like a column the reader made ("gene_ids" from
+         * features/id): the column keeps the name, the dataset is left out. */
+        int taken_name = strcmp(key, "_index") == 0;
+        for (size_t c = 0; c < df->child_count; c++)
+            taken_name |= strcmp(df->children[c]->name, key) == 0;
+        if (taken_name) {
+            zm__source_skip(source, path, "its name is a column's already");
+            continue;
+        }
         zm_element *e = NULL;
         rc = zm__array_element(source, path, NULL, 0, df->path, key, &e, err);
         if (rc == -ENOTSUP) {

@@ -47,6 +47,18 @@ static int check_sparse(zm_element *e, zm_err *err)
     const zm_array_info *indptr = zm_array_describe(e->indptr);
     int csr = e->sparse_format == ZM_SPARSE_CSR;
     uint64_t major = csr ? e->shape[0] : e->shape[1], minor = csr ? e->shape[1] : e->shape[0];
+    /* Every format's parts, whoever read them (a 10x matrix's are taken
+     * as they are): values are numbers, pointers and indices integers. */
+    const zm_array_info *parts[] = {data, indices, indptr};
+    static const char *const part_names[] = {"data", "indices", "indptr"};
+    for (int i = 0; i < 3; i++) {
+        zm_type_class c = parts[i]->dtype.type_class;
+        int integer = c == ZM_TYPE_INT || c == ZM_TYPE_UINT;
+        if (parts[i]->rank != 1 || c == ZM_TYPE_STRING || (i > 0 && !integer))
+            return zm_err_set(err, -EINVAL, "%s: %s must be a 1-d %s array (it is %u-d %s)",
+                              e->path, part_names[i], i > 0 ? "integer" : "numeric",
+                              parts[i]->rank, zm_dtype_name(parts[i]->dtype));
+    }
     if (indptr->shape[0] != major + 1)
         return zm_err_set(err, -EINVAL, "%s: indptr has %" PRIu64 " entries, expected %" PRIu64
                           " (one more than its %" PRIu64 " %s)", e->path, indptr->shape[0], major + 1,
@@ -68,10 +80,15 @@ static int check_sparse(zm_element *e, zm_err *err)
 
 static int check(zm_source *source, zm_element *e, uint64_t raw_vars, zm_err *err)
 {
-    for (int d = 0; d < 2 && d < (int)(e->rank ? e->rank : 1); d++) {
+    /* Both dimensions an element runs along (a layer or obsp entry too
+     * has two: one of fewer dimensions is not a matrix of the file's). */
+    for (int d = 0; d < 2; d++) {
         uint64_t want = axis_length(source, e->axes[d], raw_vars);
         if (want == UINT64_MAX || e->kind == ZM_ELEMENT_DICT)
             continue;
+        if (e->rank <= (unsigned)d && d > 0)
+            return zm_err_set(err, -EINVAL, "%s: %u-d, but its dimension %d must run along the %" PRIu64
+                              " %s", e->path, e->rank, d, want, axis_name(e->axes[d]));
         if (e->rank <= (unsigned)d || e->shape[d] != want)
             return zm_err_set(err, -EINVAL, "%s: %" PRIu64 " along dimension %d, but there are %" PRIu64
                               " %s", e->path, e->rank > (unsigned)d ? e->shape[d] : 0, d, want,
@@ -83,6 +100,17 @@ static int check(zm_source *source, zm_element *e, uint64_t raw_vars, zm_err *er
         rc = check_sparse(e, err);
         break;
     case ZM_ELEMENT_CATEGORICAL: {
+        /* Whichever encoding made it (a group, anndata 0.7's referenced
+         * categories, a legacy compound member): integer codes, 1-d
+         * categories. */
+        const zm_array_info *codes = zm_array_describe(e->values);
+        if (codes->rank != 1 ||
+            (codes->dtype.type_class != ZM_TYPE_INT && codes->dtype.type_class != ZM_TYPE_UINT))
+            return zm_err_set(err, -EINVAL, "%s: categorical codes must be 1-d integers (they are "
+                              "%u-d %s)", e->path, codes->rank, zm_dtype_name(codes->dtype));
+        if (e->categories->rank != 1)
+            return zm_err_set(err, -EINVAL, "%s: categories must be 1-d (they are %u-d)", e->path,
+                              e->categories->rank);
         char what[512];
         snprintf(what, sizeof what, "codes of %s", e->path);
         rc = zm__array_check_values(e->values, -1, (int64_t)e->categories->shape[0], what);

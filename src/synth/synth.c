@@ -633,26 +633,56 @@ static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from
     return rc;
 }
 
+/* Sparse pointers and indices keep the source's integer type, whatever its
+ * width (values of the view fit it: they are at most the source's). */
 static void put_index(uint8_t *out, size_t size, int64_t value)
 {
-    if (size == 4) {
-        int32_t v = (int32_t)value;
+    switch (size) {
+    case 1: {
+        uint8_t v = (uint8_t)value;
+        memcpy(out, &v, 1);
+        break;
+    }
+    case 2: {
+        uint16_t v = (uint16_t)value;
+        memcpy(out, &v, 2);
+        break;
+    }
+    case 4: {
+        uint32_t v = (uint32_t)value;
         memcpy(out, &v, 4);
-    } else {
+        break;
+    }
+    default:
         memcpy(out, &value, 8);
     }
 }
 
-static int64_t get_index(const uint8_t *in, size_t size)
+static int64_t get_index(const uint8_t *in, zm_dtype dtype)
 {
-    if (size == 4) {
-        int32_t v;
+    int is_signed = dtype.type_class == ZM_TYPE_INT;
+    switch (dtype.size) {
+    case 1: {
+        uint8_t v;
+        memcpy(&v, in, 1);
+        return is_signed ? (int64_t)(int8_t)v : (int64_t)v;
+    }
+    case 2: {
+        uint16_t v;
+        memcpy(&v, in, 2);
+        return is_signed ? (int64_t)(int16_t)v : (int64_t)v;
+    }
+    case 4: {
+        uint32_t v;
         memcpy(&v, in, 4);
+        return is_signed ? (int64_t)(int32_t)v : (int64_t)v;
+    }
+    default: {
+        int64_t v;
+        memcpy(&v, in, 8);
         return v;
     }
-    int64_t v;
-    memcpy(&v, in, 8);
-    return v;
+    }
 }
 
 typedef struct entry {
@@ -771,7 +801,7 @@ static int entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, 
     for (uint64_t i = 0; rc == 0 && i < majors; i++) {
         uint64_t n = ranges[i].end - ranges[i].start, kept = 0;
         for (uint64_t j = 0; j < n; j++) {
-            uint32_t v = inverse[get_index(indices + (at + j) * index_size, index_size)];
+            uint32_t v = inverse[get_index(indices + (at + j) * index_size, index_info->dtype)];
             if (v != ZM_VIEW_NOT_KEPT)
                 row[kept++] = (entry){v, at + j};
         }

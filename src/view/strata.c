@@ -128,10 +128,23 @@ static int64_t integer_at(const uint8_t *bytes, zm_dtype t, uint64_t i)
                        : ((const int64_t *)bytes)[i];
 }
 
+/* An IEEE binary16 value (numpy float16) as a double: exact. */
+static double half_to_double(uint16_t h)
+{
+    int exponent = (h >> 10) & 0x1f;
+    unsigned mantissa = h & 0x3ff;
+    double v = exponent == 0    ? ldexp(mantissa, -24)
+             : exponent == 0x1f ? (mantissa ? NAN : INFINITY)
+                                : ldexp(mantissa + 1024, exponent - 25);
+    return h >> 15 ? -v : v;
+}
+
 static double real_at(const uint8_t *bytes, zm_dtype t, uint64_t i)
 {
     if (t.type_class == ZM_TYPE_FLOAT)
-        return t.size == 4 ? (double)((const float *)bytes)[i] : ((const double *)bytes)[i];
+        return t.size == 2 ? half_to_double(((const uint16_t *)bytes)[i])
+             : t.size == 4 ? (double)((const float *)bytes)[i]
+                           : ((const double *)bytes)[i];
     return (double)integer_at(bytes, t, i);
 }
 

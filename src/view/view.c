@@ -268,6 +268,17 @@ static int read_int64s(zm_source *source, const zm_array *array, int64_t **out, 
     return 0;
 }
 
+/* Index j of an array of integer indices of any width (reads check them
+ * within the matrix, so they are never negative here). */
+static int64_t index_at(const uint8_t *raw, zm_dtype dtype, uint64_t j)
+{
+    uint64_t u = 0;
+    memcpy(&u, raw + j * dtype.size, dtype.size);
+    if (dtype.type_class == ZM_TYPE_INT && dtype.size < 8 && (u >> (dtype.size * 8 - 1)) & 1)
+        u |= ~0ULL << (dtype.size * 8);
+    return (int64_t)u;
+}
+
 /* The pointers of the view's cells only (m and m + 1 for each kept major
  * m, every other entry 0): a subsample reads the indptr chunks its cells lie
  * in, not the whole pointer array. */
@@ -403,10 +414,8 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
                 rc = raw ? zm_array_gather_ranges(view->source, e->indices, &range, 1, raw, err)
                          : zm_err_set(err, -ENOMEM, "out of memory laying out %s", e->path);
                 kept = 0;
-                for (int64_t j = 0; rc == 0 && j < to - from; j++) {
-                    int64_t index = info->dtype.size == 4 ? ((int32_t *)raw)[j] : ((int64_t *)raw)[j];
-                    kept += inverse[index] != ZM_VIEW_NOT_KEPT;
-                }
+                for (int64_t j = 0; rc == 0 && j < to - from; j++)
+                    kept += inverse[index_at(raw, info->dtype, (uint64_t)j)] != ZM_VIEW_NOT_KEPT;
                 free(raw);
             }
             s->indptr[i + 1] = s->indptr[i] + kept;
@@ -766,9 +775,15 @@ static int element_node(struct builder *b, const zm_element *e, const char *name
         if (group == NULL)
             return zm_err_set(b->err, -ENOMEM, "out of memory");
         const char *index_name = e->index_name && valid_key(e->index_name) ? e->index_name : "_index";
+        /* The root obs gains the view's cellucid_original_position: a source
+         * column of that name (a file made from a view) gives way to it, so
+         * that the store holds one column of each name and the column means
+         * what it says: the row's position in this source. */
+        const char *own = is_root_obs ? "cellucid_original_position" : NULL;
         json_t *order = json_array();
         for (size_t i = 0; i < e->child_count; i++)
-            if (valid_key(e->children[i]->name) && strcmp(e->children[i]->name, index_name) != 0)
+            if (valid_key(e->children[i]->name) && strcmp(e->children[i]->name, index_name) != 0 &&
+                (own == NULL || strcmp(e->children[i]->name, own) != 0))
                 json_array_append_new(order, json_string(e->children[i]->name));
         if (is_root_obs)
             json_array_append_new(order, json_string("cellucid_original_position"));
@@ -777,7 +792,8 @@ static int element_node(struct builder *b, const zm_element *e, const char *name
         if (e->index)
             rc = add_element(b, group, e->index, index_name, 0);
         for (size_t i = 0; rc == 0 && i < e->child_count; i++)
-            if (strcmp(e->children[i]->name, index_name) != 0)
+            if (strcmp(e->children[i]->name, index_name) != 0 &&
+                (own == NULL || strcmp(e->children[i]->name, own) != 0))
                 rc = add_element(b, group, e->children[i], e->children[i]->name, 0);
         if (rc == 0 && is_root_obs) {
             /* Each row's position in the source. */

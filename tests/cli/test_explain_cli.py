@@ -146,6 +146,14 @@ def main():
         code, out, _ = explain(path, "--json")
         check(f"'{path}' is a directory that says what it holds",
               code == 0 and json.loads(out)["kind"] == "directory" and json.loads(out)["holds"], out)
+    for path in (".zarrmount/info.json", ".zarrmount/stats.json"):
+        code, out, _ = explain(path, "--json")
+        told = json.loads(out) if code == 0 else {}
+        check(f"'{path}' is a file that says what it holds",
+              told.get("kind") == "file" and told.get("holds") and "method" not in told, out)
+        code, out, _ = explain(path)
+        check(f"'{path}' in text says what it holds", code == 0 and "holds" in out
+              and "(null)" not in out, out)
     code, _, err = explain("uniform", "--bogus")
     check("an unknown flag is refused", code == 2 and "unexpected argument" in err, err)
 

@@ -432,3 +432,9 @@ void zm__tree_count_open(zm_tree *tree, const char *path)
     (void)tree;
     (void)path;
 }
+
+void zm__tree_release_snapshot(zm_tree *tree, uint64_t snapshot)
+{
+    (void)tree; /* the mock has no live file */
+    (void)snapshot;
+}

@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""Writes the seed inputs of the libFuzzer targets into tests/fuzz/corpus/<target>/:
+inputs that reach deep (valid view paths of every method, shares, select
+requests, cell sets, and real chunks HDF5 wrote, from
+tests/data/filters/vectors.bin.gz), each named by the SHA-1 of its bytes as
+libFuzzer names its own. The committed corpus is these seeds plus what
+`tests/fuzz/run_fuzz.py --merge tests/fuzz/corpus` added (minimised
+inputs that found new coverage) and the inputs of bugs found (regressions).
+Run from the repository root: /usr/bin/python3 tests/fuzz/make_corpus.py
+(adds files, removes none).
+"""
+import gzip
+import hashlib
+import json
+import os
+import struct
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+CORPUS = os.path.join(HERE, "corpus")
+SEED_MAX = 8192  # bytes: the committed corpus stays small
+
+
+def write(target, data):
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if len(data) > SEED_MAX:
+        return
+    directory = os.path.join(CORPUS, target)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, hashlib.sha1(data).hexdigest()), "wb") as f:
+        f.write(data)
+
+
+def paths():
+    # The fixture fuzz_path opens: h5ad/full-csr.h5ad (60 cells).
+    for p in [
+        "", ".zarrmount", ".zarrmount/info.json", ".zarrmount/stats.json",
+        "full", "full/.zattrs", "full/.zgroup", "full/.zmetadata", "full/X/.zattrs",
+        "full/X/data/.zarray", "full/X/data/0", "full/X/indptr/0", "full/obs/.zattrs",
+        "full/obs/cell_type/codes/0", "full/obs/cell_type/categories/.zarray",
+        "full/obs/label_utf8/0", "full/obs/nullable_int32/mask/0", "full/obsm/X_pca/0.0",
+        "full/obsp/connectivities/indices/0", "full/layers/scaled/0.0", "full/uns/.zattrs",
+        "full/raw/X/data/0", "full/var/_index/0", "full/varm/PCs/0.0",
+        "file", "file/X/indptr/0", "file/obs/_index/0",
+        "uniform", "uniform/seed0", "uniform/seed0/k=10", "uniform/seed0/k=10/.zmetadata",
+        "uniform/seed4294967295/k=59/X/data/0", "uniform/seed7/k=1000/obs/int64/0",
+        "uniform/seed0/share=0.5", "uniform/seed0/pct=5", "uniform/seed1/share=1e-3",
+        "uniform/seed2/pct=100/.zattrs", "uniform/seed3/share=0.1/X/indptr/0",
+        "blocks", "blocks/B=4", "blocks/seed0/k=7", "blocks/B=4/seed3/k=20/obs/.zattrs",
+        "blocks/B=1/seed0/share=0.25", "blocks/B=9007199254740991/seed0/k=3/X/data/0",
+        "stratified", "stratified/cell_type", "stratified/cell_type/seed0/k=10",
+        "stratified/cell_type/balanced", "stratified/cell_type/balanced/min=2",
+        "stratified/cell_type/balanced/min=2/seed1/k=20/.zattrs",
+        "stratified/quality/proportional/min=0/seed0/pct=50", "stratified/bool/seed5/k=6",
+        "stratified/label_utf8/balanced/min=1/seed0/k=60/obs/.zattrs",
+        "stratified/nullable_bool/seed0/share=0.3",
+        "spatial", "spatial/X_umap", "spatial/X_umap/seed0/k=5", "spatial/X_pca/G=16",
+        "spatial/X_pca/G=16/cols=0,1,2", "spatial/X_pca/G=16/cols=0,1,2/seed0/pct=10",
+        "spatial/X_pca/G=2/cols=3/seed9/k=11/obsm/X_pca/0.0",
+        "spatial/X_sparse/seed0/k=4", "spatial/X_umap/G=1/cols=1,0/seed0/share=1",
+        "spatial/X_pca/G=134217728/cols=0,1/seed0/k=1",
+        "uniform/seed0/k=0", "uniform/seed01/k=1", "stratified/nope/seed0/k=1",
+        # Regressions: a seed listing named sizes the minimum refuses (test_tree.c).
+        "stratified/cell_type/balanced/min=4/seed1",
+    ]:
+        write("path", p)
+
+
+def shares():
+    n_values = [60, 1234567, 2**32 - 1, 0, 10**19]
+    doubles = [0.1, 2.0**-383, 5e-324, 1.7976931348623157e308, 0.35, 1e22, -0.0, 1.0,
+               5.960464477539063e-08, 0.3]
+    texts = ["0.01", "0.35", "1", "0.5", "5.960464477539063e-08", "1e-3", ".5", "1.",
+             "0.1000000000000000055511151231257827", "1E-40", "0", "-0.5", "1.5",
+             "00.0012500", "2.5e-1", "1e+0", "0.999999999999999999999999", "1e-400"]
+    percents = ["5", "100", "12.5", "1e2", "0.0001", "50.000", "101"]
+    i = 0
+    for text in texts:
+        write("share", struct.pack("<BQd", 0, n_values[i % len(n_values)],
+                                   doubles[i % len(doubles)]) + text.encode())
+        i += 1
+    for text in percents:
+        write("share", struct.pack("<BQd", 1, n_values[i % len(n_values)],
+                                   doubles[i % len(doubles)]) + text.encode())
+        i += 1
+
+
+def requests():
+    for r in [
+        '{"method": "uniform", "n": 10, "k": 3}',
+        '{"method": "uniform", "n": 1000.0, "k": 1e2, "seed": 7.0}',
+        '{"method": "uniform", "n": 100, "share": "0.35", "summary": true}',
+        '{"method": "uniform", "n": 4294967295, "share": 0.01, "sizeOnly": true}',
+        '{"method": "uniform", "n": 50, "percent": 12.5, "seed": 4294967295}',
+        '{"method": "blocks", "n": 100, "k": 10, "blockSize": 8}',
+        '{"method": "blocks", "n": 100, "k": 10, "sizeOnly": true}',
+        '{"method": "stratified", "codes": [0, 1, 2, 0, 1, 2, -1, null], "k": 4}',
+        '{"method": "stratified", "k": 4, "codes": [0.0, 1.0, NaN, 2.0, 1.0, 0.0, -1.0]}',
+        '{"method": "stratified", "values": ["a", "b", null, "a", "\\u00e9"], "k": 3, '
+        '"allocation": "balanced", "minimum": 1}',
+        '{"method": "stratified", "codes": [0, 1, 2, 0, 1, 2], "k": 2, "minimum": 1}',
+        '{"method": "spatial", "k": 3, "seed": 2, "coords": [[0, 1], [NaN, 2], [3, Infinity], '
+        '[4, 5]]}',
+        '{"method": "spatial", "coords": [[0, 1, 2, 3], [1, 2, 3, 4]], "columns": [3, 1], '
+        '"gridSize": 4, "share": "0.5"}',
+        '{"method": "spatial", "coords": [["NaN"], ["-Infinity"], [1e308]], "k": 2, '
+        '"gridSize": 9007199254740992}',
+        '{"method": "spatial", "n": 5, "k": 2, "sizeOnly": true}',
+        '{method: uniform}',
+        '{"method": "random", "n": 10, "k": 2}',
+        '{"method": "uniform", "n": 10}',
+        '{"method": "uniform", "n": 10, "k": 2, "share": "0.5"}',
+        '{"method": "uniform", "k": 2}',
+        '{"method": "uniform", "n": 10, "k": 0}',
+        '{"method": "uniform", "n": 4294967296, "k": 2}',
+        '{"method": "uniform", "n": 10, "share": "1.5"}',
+        '{"method": "uniform", "n": 10, "k": 2, "sed": 3}',
+        '{"method": "uniform", "n": 10, "k": 2, "k": 3}',
+        '{"method": "stratified", "codes": [0, "x"], "k": 1}',
+        '{"method": "spatial", "coords": [[0, 1], [2]], "k": 1}',
+        '{"method": "stratified", "field": "cell_type", "k": 1}',
+        '[1, 2, 3]',
+        # Regressions: a row with a non-finite coordinate and a finite one outside the
+        # complete rows' bounds (undefined behaviour in the spatial boxes; test_select.c).
+        '{"method": "spatial", "k": 2, "coords": [[5, 5], [NaN, 2], [3, Infinity], [4, 5]]}',
+    ]:
+        write("request", r)
+
+
+def cellsets():
+    for flags, n, data in [
+        (0, 10, bytes([0, 0, 3])), (0, 1000, bytes([0x80, 0x01])),
+        (0, 2**32 - 1, bytes([0xfe, 0xff, 0xff, 0xff, 0x0f])), (0, 100, b""),
+        (0, 10, bytes([0x80, 0x00])), (0, 2**32 - 1, bytes([0xff] * 5 + [0x7f])),
+        (0, 3, bytes([0, 0, 0])), (1, 5, bytes([1])), (0, 200, bytes(range(0, 60, 3))),
+        (0, 2**20, bytes([0xff, 0x7f] * 30)), (0, 7, bytes([0x81])),
+    ]:
+        write("cellset", struct.pack("<BI", flags, n) + data)
+
+
+def filter_vectors():
+    """Each chunk HDF5 wrote, as the seed of the decoder its last filter needs."""
+    data = gzip.open(os.path.join(ROOT, "tests", "data", "filters", "vectors.bin.gz")).read()
+    at = 8
+
+    def u32():
+        nonlocal at
+        v = struct.unpack_from("<I", data, at)[0]
+        at += 4
+        return v
+
+    def u16():
+        nonlocal at
+        v = struct.unpack_from("<H", data, at)[0]
+        at += 2
+        return v
+
+    blobs = []
+    for _ in range(u32()):
+        length = u32()
+        blobs.append(data[at:at + length])
+        at += length
+    names = {1: "deflate", 32000: "lzf", 32015: "zstd", 32001: "blosc"}
+    for _ in range(u32()):
+        skip = u16()  # the name
+        at += skip
+        element, raw, mask, stored, expected, count = [u32() for _ in range(6)]
+        filters = []
+        for _ in range(count):
+            fid, _flags, cd = u32(), u32(), u32()
+            at += 4 * cd
+            skip = u16()  # the filter's name
+            at += skip
+            filters.append(fid)
+        stored, expected = blobs[stored], blobs[expected]
+        table = [1, 2, 3, 32000, 32001, 32015, 4, 32004]
+        if all(f in table for f in filters) and 1 <= len(filters) <= 4 and raw < 65536:
+            # The whole pipeline (fuzz_pipeline.c's layout).
+            write("pipeline", bytes([len(filters) - 1] + [table.index(f) for f in filters]) +
+                  struct.pack("<BBH", mask & 0xff, element & 0xff, raw) + stored)
+        active = [f for i, f in enumerate(filters) if not (mask >> i) & 1]
+        if not active:
+            continue
+        last = active[-1]
+        if last in names and all(f == 2 for f in active[:-1]):
+            # The stored bytes are one stream of the last filter, raw bytes long.
+            write(names[last], struct.pack("<IB", raw, len(stored) % 256) + stored)
+        if last == 3 and len(active) == 1:
+            write("fletcher32", struct.pack("<HB", len(stored) // 2, 0x10) + stored)
+        if active == [2]:
+            write("shuffle", struct.pack("<BB", 0, element) + stored)
+    # A few by hand: empty and tiny chunks, an incompressible one.
+    for level in (1, 9):
+        for raw in (b"", b"\x00" * 100, bytes(range(256)) * 4):
+            write("deflate", struct.pack("<IB", len(raw), level) + zlib.compress(raw, level))
+    for element, cd in ((4, 0), (8, 8), (3, 0), (1, 0), (0, 0), (0, 2)):
+        write("shuffle", struct.pack("<BB", cd, element) + bytes(range(64)))
+    for position in (0, 5, 300):
+        write("fletcher32", struct.pack("<HB", position, 0x80) + bytes(range(200)))
+    write("lzf", struct.pack("<IB", 12, 0) + bytes([2, 0x61, 0x62, 0x63, 0xe0, 0x00, 0x02]))
+
+
+def main():
+    paths()
+    shares()
+    requests()
+    cellsets()
+    filter_vectors()
+    for target in sorted(os.listdir(CORPUS)):
+        files = os.listdir(os.path.join(CORPUS, target))
+        size = sum(os.path.getsize(os.path.join(CORPUS, target, f)) for f in files)
+        print(f"{target}: {len(files)} files, {size} bytes")
+
+
+if __name__ == "__main__":
+    main()
