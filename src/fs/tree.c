@@ -2748,7 +2748,7 @@ static void open_disk(zm_tree *t, const zm_tree_options *options)
         zm_disk_default_directory(directory, sizeof directory);
     uint8_t head[65536];
     ssize_t got = 0;
-    int fd = open(t->source_path, O_RDONLY | O_CLOEXEC);
+    int fd = open(t->source_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd >= 0) {
         got = pread(fd, head, sizeof head, 0);
         close(fd);

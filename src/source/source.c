@@ -116,7 +116,10 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
     pthread_mutex_init(&source->passes_mutex, NULL);
     int rc = 0;
 
-    source->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO (or a device) named as the source is refused
+     * below rather than waited on for ever; reads of a regular file do
+     * not see the flag. */
+    source->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
     if (source->fd < 0 || fstat(source->fd, &st) != 0) {
         rc = zm_err_set(err, -errno, "%s: cannot open: %s", path, strerror(errno));

@@ -8,8 +8,10 @@ Prints TAP. Needs ZM_BINARY, ZM_SOURCE_ROOT and ZM_SHARED_DATA.
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 BINARY = os.environ.get("ZM_BINARY", "build/zarrmount")
 ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
@@ -111,6 +113,21 @@ def refusals():
     check("a missing file is refused", code == 2 and "No such file" in err, err)
     done = subprocess.run([BINARY, "inspect"], capture_output=True, text=True)
     check("no file is a usage error", done.returncode == 2 and "usage" in done.stderr)
+    # A FIFO (nobody writing) or a directory named as the source: refused
+    # at once, not waited on.
+    scratch = tempfile.mkdtemp(prefix="zm-inspect-")
+    try:
+        fifo = os.path.join(scratch, "pipe.h5ad")
+        os.mkfifo(fifo)
+        for label, path in (("a FIFO", fifo), ("a directory", scratch)):
+            try:
+                code, _, err = inspect(path)
+                check(f"{label} is refused in one line: not a regular file",
+                      code == 2 and "not a regular file" in err and err.count("\n") == 1, err)
+            except subprocess.TimeoutExpired:
+                check(f"{label} is refused in one line: not a regular file", False, "it waited")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def main():
