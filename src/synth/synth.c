@@ -548,6 +548,22 @@ static int cut_spilled_strings(const struct zm_walk *w, uint64_t c, uint64_t ite
 
 /* Strings of rows [from, to) (view order when per_cell), as vlen-utf8 of
  * `padded` rows (the rest empty). */
+/* A chunk's strings encoded vlen-utf8; a refusal (a string that is not
+ * UTF-8, ...) is EIO naming the source object it came from. */
+static int encode_strings(const zm_store_node *node, size_t count, const uint64_t *offsets,
+                          const char *bytes, uint8_t **raw, size_t *raw_size, zm_err *err)
+{
+    zm_err why;
+    zm_err_clear(&why);
+    int rc = zm_vlen_utf8_encode(count, offsets, bytes, raw, raw_size, &why);
+    if (rc == -EINVAL)
+        rc = -EIO; /* the source's bytes, not the caller's request */
+    if (rc != 0)
+        zm_err_set(err, rc, "%s: %s",
+                   node->source ? zm_array_describe(node->source)->file_path : node->name, why.reason);
+    return rc;
+}
+
 static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from, uint64_t to,
                          uint64_t padded, int per_cell, uint8_t **raw, size_t *raw_size, zm_err *err)
 {
@@ -566,7 +582,7 @@ static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from
             rc = cut_spilled_strings(w, from / node->meta.chunks[0], padded * per_row, &offsets,
                                      &bytes, err);
             if (rc == 0)
-                rc = zm_vlen_utf8_encode(padded * per_row, offsets, bytes, raw, raw_size, err);
+                rc = encode_strings(node, padded * per_row, offsets, bytes, raw, raw_size, err);
             free(offsets);
             free(bytes);
             return rc;
@@ -622,7 +638,7 @@ static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from
         free(from_item);
         free(present);
         if (rc == 0)
-            rc = zm_vlen_utf8_encode(items, offsets, bytes, raw, raw_size, err);
+            rc = encode_strings(node, items, offsets, bytes, raw, raw_size, err);
     }
     zm_strings_free(&got);
     free(offsets);

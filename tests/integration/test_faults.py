@@ -4,7 +4,8 @@
 - a corrupted source chunk (flipped bytes under fletcher32, undecodable
   deflate, LZF, Zstandard and Blosc streams): EIO for the files that need
   it, a log line naming the element and the chunk, every other file still
-  reads, byte for byte what a mount of the intact file serves;
+  reads, byte for byte what a mount of the intact file serves; a string
+  that is not UTF-8: EIO naming the element;
 - the source modified in place, truncated, replaced or deleted while
   mounted: reads give EIO with a log line, never a byte of the new file
   (also while 8 readers walk during the change); the daemon stays up; a
@@ -224,6 +225,44 @@ def corrupted_chunks(scratch):
         lines = [line for line in log.splitlines() if "/X/data" in line and "chunk 1" in line]
         check(f"{label}: the log names element and chunk", lines and codec in lines[0], log[-600:])
         check(f"{label}: the daemon stayed up", alive)
+
+
+def bad_strings(scratch):
+    """A string of the obs index that is not UTF-8 (h5py writes what it is
+    given): EIO for the files that hold it, naming the element; the rest
+    reads."""
+    source = os.path.join(FIXTURES, "h5ad/full-csr.h5ad")
+    copy = os.path.join(scratch, "bad-utf8.h5ad")
+    shutil.copy(source, copy)
+    with h5py.File(copy, "r+") as f:
+        name = f["obs"].attrs["_index"]
+        values = f["obs"][name][...]
+        values[3] = b"ab\xffcd"
+        del f["obs"][name]
+        f["obs"].create_dataset(name, data=values, dtype=h5py.string_dtype("utf-8"))
+    good = reference(source, ["file", "full"])
+    with mounted(copy, "cache_dir=none") as m:
+        got = {view: digests(m.path(view)) for view in ("file", "full")}
+        log = m.log()
+    for view in ("file", "full"):
+        failed = sorted(p for p, d in got[view].items() if d.startswith("E"))
+        check(f"a string not UTF-8: {view}/obs/_index chunks give EIO",
+              failed and all(p.startswith("obs/_index/") and got[view][p] == "EEIO" for p in failed), str(failed))
+        # The root .zattrs records the source's size, which h5py's rewrite
+        # changed: it (and .zmetadata, which holds it) must differ in that only.
+        wrong = [p for p, d in got[view].items() if not d.startswith("E") and d != good[view].get(p)
+                 and p not in (".zattrs", ".zmetadata")]
+        check(f"a string not UTF-8: the rest of {view}/ reads the intact file's bytes", not wrong, str(wrong[:5]))
+        with mounted(source, "cache_dir=none") as intact, mounted(copy, "cache_dir=none") as damaged:
+            for name in (".zattrs", ".zmetadata"):
+                a = json.loads(read_whole(intact.path(view, name)))
+                b = json.loads(read_whole(damaged.path(view, name)))
+                record = (lambda doc: doc["metadata"][".zattrs"]) if name == ".zmetadata" else (lambda doc: doc)
+                record(a)["zarrmount"]["source"].pop("bytes")
+                record(b)["zarrmount"]["source"].pop("bytes")
+                check(f"a string not UTF-8: {view}/{name} differs only in the source's size", a == b)
+    check("a string not UTF-8: the log names the element and the item",
+          "/obs/_index: vlen-utf8: item" in log and "not valid UTF-8" in log, log[-400:])
 
 
 # ---- The source changed while mounted ------------------------------------------------------
@@ -584,6 +623,7 @@ def main():
     scratch = tempfile.mkdtemp(prefix="zm-faults-", dir=PARENT)
     try:
         run("corrupted chunks", lambda: corrupted_chunks(scratch))
+        run("strings not UTF-8", lambda: bad_strings(scratch))
         run("source changes", lambda: source_changes(scratch))
         run("source changed during walks", lambda: change_during_walks(scratch))
         run("disk cache faults", lambda: disk_faults(scratch))
