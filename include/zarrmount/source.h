@@ -46,6 +46,11 @@ typedef struct zm_dtype {
     unsigned size; /* bytes per value (strings: 0) */
 } zm_dtype;
 
+/* Value i of an array of integers (ZM_TYPE_INT or ZM_TYPE_UINT, 1, 2, 4 or
+ * 8 bytes, native order) as an int64 (unsigned ones past INT64_MAX read
+ * INT64_MAX). */
+int64_t zm_dtype_integer(zm_dtype t, const void *values, uint64_t i);
+
 /* numpy's name for a dtype ("<f4", "|b1", "<i8", "|u1"; strings "str"). */
 const char *zm_dtype_name(zm_dtype dtype);
 

@@ -163,17 +163,13 @@ static int resolve_chunks(zm_source *source, zm_array *array, const uint64_t *ch
         high = (int64_t)hi;                                                                        \
     } while (0)
 
-static int64_t value_at(const zm_dtype t, const void *values, uint64_t i)
+int64_t zm_dtype_integer(zm_dtype t, const void *values, uint64_t i)
 {
+    uint64_t u = 0;
+    memcpy(&u, (const uint8_t *)values + i * t.size, t.size);
     if (t.type_class == ZM_TYPE_INT)
-        return t.size == 1 ? ((const int8_t *)values)[i]
-             : t.size == 2 ? ((const int16_t *)values)[i]
-             : t.size == 4 ? ((const int32_t *)values)[i]
-                           : ((const int64_t *)values)[i];
-    uint64_t u = t.size == 1 ? ((const uint8_t *)values)[i]
-               : t.size == 2 ? ((const uint16_t *)values)[i]
-               : t.size == 4 ? ((const uint32_t *)values)[i]
-                             : ((const uint64_t *)values)[i];
+        return t.size < 8 && (u >> (t.size * 8 - 1)) & 1 ? (int64_t)(u | ~0ULL << (t.size * 8))
+                                                       : (int64_t)u;
     return u > INT64_MAX ? INT64_MAX : (int64_t)u;
 }
 
@@ -215,7 +211,7 @@ static int check_values(const zm_array *array, const void *values, uint64_t coun
     if (low >= array->value_min && high < array->value_limit)
         return 0;
     for (uint64_t i = 0; i < count; i++) {
-        int64_t v = value_at(t, values, i);
+        int64_t v = zm_dtype_integer(t, values, i);
         if (v < array->value_min || v >= array->value_limit)
             return zm_err_set(err, -EIO, "%s: value %lld is outside [%lld, %lld): the file's parts "
                               "disagree", array->check_what, (long long)v,

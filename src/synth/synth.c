@@ -674,33 +674,6 @@ static void put_index(uint8_t *out, size_t size, int64_t value)
     }
 }
 
-static int64_t get_index(const uint8_t *in, zm_dtype dtype)
-{
-    int is_signed = dtype.type_class == ZM_TYPE_INT;
-    switch (dtype.size) {
-    case 1: {
-        uint8_t v;
-        memcpy(&v, in, 1);
-        return is_signed ? (int64_t)(int8_t)v : (int64_t)v;
-    }
-    case 2: {
-        uint16_t v;
-        memcpy(&v, in, 2);
-        return is_signed ? (int64_t)(int16_t)v : (int64_t)v;
-    }
-    case 4: {
-        uint32_t v;
-        memcpy(&v, in, 4);
-        return is_signed ? (int64_t)(int32_t)v : (int64_t)v;
-    }
-    default: {
-        int64_t v;
-        memcpy(&v, in, 8);
-        return v;
-    }
-    }
-}
-
 typedef struct entry {
     int64_t index;   /* the view's minor index */
     uint64_t order;  /* position in the source row: keeps sorting stable */
@@ -817,7 +790,7 @@ static int entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, 
     for (uint64_t i = 0; rc == 0 && i < majors; i++) {
         uint64_t n = ranges[i].end - ranges[i].start, kept = 0;
         for (uint64_t j = 0; j < n; j++) {
-            uint32_t v = inverse[get_index(indices + (at + j) * index_size, index_info->dtype)];
+            uint32_t v = inverse[zm_dtype_integer(index_info->dtype, indices, at + j)];
             if (v != ZM_VIEW_NOT_KEPT)
                 row[kept++] = (entry){v, at + j};
         }

@@ -268,17 +268,6 @@ static int read_int64s(zm_source *source, const zm_array *array, int64_t **out, 
     return 0;
 }
 
-/* Index j of an array of integer indices of any width (reads check them
- * within the matrix, so they are never negative here). */
-static int64_t index_at(const uint8_t *raw, zm_dtype dtype, uint64_t j)
-{
-    uint64_t u = 0;
-    memcpy(&u, raw + j * dtype.size, dtype.size);
-    if (dtype.type_class == ZM_TYPE_INT && dtype.size < 8 && (u >> (dtype.size * 8 - 1)) & 1)
-        u |= ~0ULL << (dtype.size * 8);
-    return (int64_t)u;
-}
-
 /* The pointers of the view's cells only (m and m + 1 for each kept major
  * m, every other entry 0): a subsample reads the indptr chunks its cells lie
  * in, not the whole pointer array. */
@@ -415,7 +404,7 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
                          : zm_err_set(err, -ENOMEM, "out of memory laying out %s", e->path);
                 kept = 0;
                 for (int64_t j = 0; rc == 0 && j < to - from; j++)
-                    kept += inverse[index_at(raw, info->dtype, (uint64_t)j)] != ZM_VIEW_NOT_KEPT;
+                    kept += inverse[zm_dtype_integer(info->dtype, raw, (uint64_t)j)] != ZM_VIEW_NOT_KEPT;
                 free(raw);
             }
             s->indptr[i + 1] = s->indptr[i] + kept;
