@@ -854,13 +854,22 @@ static int read_ranges(zm_source *source, const zm_array *const_array, const zm_
         free(kept);
         return zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
     }
+    /* Ranges that follow one another in the source and in the output are
+     * one (the rows of a walk's batch, each its own range, are mostly one
+     * run: its chunks then decode straight into place). */
     uint64_t at = 0;
     size_t nonempty = 0;
     for (size_t i = 0; i < count; i++) {
         if (ranges[i].end == ranges[i].start)
             continue;
-        out_row[nonempty] = dest ? dest[i] : at;
-        kept[nonempty++] = ranges[i];
+        uint64_t to = dest ? dest[i] : at;
+        if (nonempty > 0 && kept[nonempty - 1].end == ranges[i].start &&
+            out_row[nonempty - 1] + (kept[nonempty - 1].end - kept[nonempty - 1].start) == to)
+            kept[nonempty - 1].end = ranges[i].end;
+        else {
+            out_row[nonempty] = to;
+            kept[nonempty++] = ranges[i];
+        }
         at += ranges[i].end - ranges[i].start;
     }
     ranges = kept;

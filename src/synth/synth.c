@@ -564,6 +564,41 @@ static int encode_strings(const zm_store_node *node, size_t count, const uint64_
     return rc;
 }
 
+/* A chunk of a per-cell string array from its walk in memory (every source
+ * value, by source row): view rows [from, to) in order, then empty items up
+ * to `items`. */
+static int walked_strings(zm_view *view, const zm_store_node *node, const zm_strings *all,
+                          uint64_t from, uint64_t to, uint64_t items, uint64_t per_row,
+                          uint8_t **raw, size_t *raw_size, zm_err *err)
+{
+    const uint32_t *order = zm_view_order(view);
+    uint64_t total = 0;
+    for (uint64_t v = from; v < to; v++)
+        total += all->offsets[((uint64_t)order[v] + 1) * per_row] - all->offsets[(uint64_t)order[v] * per_row];
+    uint64_t *offsets = malloc((items + 1) * sizeof *offsets);
+    char *bytes = malloc(total + 1);
+    if (offsets == NULL || bytes == NULL) {
+        free(offsets);
+        free(bytes);
+        return zm_err_set(err, -ENOMEM, "out of memory for a chunk of %" PRIu64 " strings", items);
+    }
+    uint64_t at = 0, k = 0;
+    for (uint64_t v = from; v < to; v++) {
+        uint64_t first = (uint64_t)order[v] * per_row;
+        uint64_t start = all->offsets[first], end = all->offsets[first + per_row];
+        memcpy(bytes + at, all->bytes + start, end - start);
+        for (uint64_t j = 0; j < per_row; j++)
+            offsets[k++] = at + (all->offsets[first + j] - start);
+        at += end - start;
+    }
+    while (k <= items)
+        offsets[k++] = at;
+    int rc = encode_strings(node, items, offsets, bytes, raw, raw_size, err);
+    free(offsets);
+    free(bytes);
+    return rc;
+}
+
 static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from, uint64_t to,
                          uint64_t padded, int per_cell, uint8_t **raw, size_t *raw_size, zm_err *err)
 {
@@ -587,6 +622,10 @@ static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from
             free(bytes);
             return rc;
         }
+        /* Every value of the array in memory, by source row: the chunk's
+         * items taken in view order, one copy, no sort. */
+        return walked_strings(view, node, &w->strings, from, to, padded * per_row, per_row, raw,
+                              raw_size, err);
     }
     pair *pairs = per_cell ? sorted_rows(view, from, to) : NULL;
     uint64_t *rows = malloc((count ? count : 1) * sizeof *rows);
@@ -594,16 +633,8 @@ static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from
     for (uint64_t i = 0; rc == 0 && i < count; i++)
         rows[i] = per_cell ? pairs[i].source : from + i;
     zm_strings got = {0};
-    struct zm_walk *w = NULL;
-    if (rc == 0 && count > 0 && per_cell && node->grid[0] > 1) {
-        /* Many chunks of random rows each: read every value once (a string
-         * column is small beside the matrices) and pick from it. */
-        rc = walk_of(view, node, &w, err);
-        if (rc == 0)
-            rc = zm_strings_pick(&w->strings, rows, count, per_row, &got, err);
-    } else if (rc == 0 && count > 0) {
+    if (rc == 0 && count > 0)
         rc = zm_array_read_strings(zm_view_source(view), node->source, rows, count, &got, err);
-    }
     /* Put items in view order, then pad with empty strings. */
     uint64_t items = padded * per_row;
     uint64_t *offsets = malloc((items + 1) * sizeof *offsets);
