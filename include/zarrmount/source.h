@@ -226,6 +226,9 @@ int zm_array_gather_rows(zm_source *source, const zm_array *array, const uint64_
 int zm_array_scatter_rows(zm_source *source, const zm_array *array, const uint64_t *rows,
                           const uint64_t *out_rows, size_t count, void *out, unsigned flags,
                           zm_err *err);
+/* zm_array_read_rows with the flags of the scatter reads. */
+int zm_array_read_rows_flags(zm_source *source, const zm_array *array, uint64_t start,
+                             uint64_t count, void *out, unsigned flags, zm_err *err);
 
 /* A range [start, end) of values of a 1-d array. */
 typedef struct zm_range {

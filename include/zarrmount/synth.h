@@ -14,10 +14,20 @@
 /* Makes the raw (unencoded) bytes of the chunk at grid coordinates coords
  * of an array node. *raw is malloc'd, unless borrowed is not NULL and the
  * chunk is a whole one cut from a walk: then *raw points into the walk
- * (valid while the view lives, never to be written or freed) and *borrowed
- * is 1. The typesize for the codec (1 for strings) goes to *typesize. */
+ * (never to be written or freed) and *borrowed is 1. Either way the chunk
+ * is given back with zm_synth_chunk_done. The typesize for the codec (1 for
+ * strings) goes to *typesize. */
 int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coords,
                    uint8_t **raw, size_t *raw_size, size_t *typesize, int *borrowed, zm_err *err);
+/* The end of a chunk's use: a malloc'd one freed, a borrowed one's walk let
+ * go (it is not taken back while borrowed from). */
+void zm_synth_chunk_done(const zm_store_node *node, uint8_t *raw, int borrowed);
+
+/* Says that every chunk of an array has been made (encoded and kept): its
+ * walk's memory may be taken back when a new walk would not fit in what
+ * walks may hold (oldest such walk first, never one in use), and the walk
+ * is made again should one of its chunks be asked for after that. */
+void zm_synth_walk_retire(const zm_store_node *node);
 
 /* Whether an array's chunks are cut from a one-pass walk of all of it
  * (per-cell values of a reordered view, in more than one chunk). */
@@ -37,6 +47,7 @@ typedef struct zm_synth_walk_stats {
     uint64_t limit_bytes;  /* what they may hold */
     uint64_t spilled;      /* walks made in batches through a spill file */
     uint64_t spilled_bytes;
+    uint64_t reclaimed;    /* walks whose memory was taken back for another */
 } zm_synth_walk_stats;
 void zm_synth_get_walk_stats(zm_synth_walk_stats *out);
 

@@ -1128,8 +1128,7 @@ static int make_chunk(struct make_context *c, uint8_t **bytes, size_t *size, zm_
             return 0;
         }
         rc = zm_codec_encode(&c->tree->codec, typesize, raw, raw_size, bytes, size, err);
-        if (!borrowed)
-            free(raw);
+        zm_synth_chunk_done(w->node, raw, borrowed);
         return rc;
     }
 }
@@ -1378,6 +1377,10 @@ static void *encode_ahead(void *context)
             zm_cache_release(t->files, &ref);
             a->done++;
         }
+        /* Every chunk made: the walk's memory may go to the next walk
+         * (zm_synth_walk_retire). Said by whichever thread made the last. */
+        if (!t->closing && a->done >= a->chunks && zm_synth_walk_started(a->node))
+            zm_synth_walk_retire(a->node);
     }
     /* The view goes with the last use of a: once it is let go, it may be
      * evicted, and a freed with it (forget_ahead). */
@@ -2068,10 +2071,11 @@ static json_t *stats_document(zm_tree *t, uint64_t serial)
     zm_synth_walk_stats ws;
     zm_synth_get_walk_stats(&ws);
     json_object_set_new(sum, "walks",
-                        json_pack("{s:I, s:I, s:I, s:I}", "heldBytes", (json_int_t)ws.held_bytes,
+                        json_pack("{s:I, s:I, s:I, s:I, s:I}", "heldBytes", (json_int_t)ws.held_bytes,
                                   "limitBytes", (json_int_t)ws.limit_bytes, "spilled",
                                   (json_int_t)ws.spilled, "spilledBytes",
-                                  (json_int_t)ws.spilled_bytes));
+                                  (json_int_t)ws.spilled_bytes, "reclaimed",
+                                  (json_int_t)ws.reclaimed));
 
     work works[WORKS_SHOWN];
     size_t work_count = list_works(t, works, WORKS_SHOWN, 1);

@@ -963,6 +963,13 @@ int zm_array_read_rows(zm_source *source, const zm_array *array, uint64_t start,
     return read_ranges(source, array, &range, 1, NULL, out, 0, err);
 }
 
+int zm_array_read_rows_flags(zm_source *source, const zm_array *array, uint64_t start,
+                             uint64_t count, void *out, unsigned flags, zm_err *err)
+{
+    zm_range range = {start, start + count};
+    return read_ranges(source, array, &range, 1, NULL, out, flags, err);
+}
+
 /* Turns ascending rows into ranges of consecutive rows. */
 static int rows_to_ranges(const zm_array *array, const uint64_t *rows, size_t count,
                           zm_range **ranges, size_t *range_count, zm_err *err)

@@ -41,12 +41,17 @@ struct zm_walk {
     uint32_t *block_count;
     uint32_t *block_fill;
     uint64_t chunk_count;
+    /* Taking back a walk's memory (see zm_synth_walk_retire): the threads
+     * using its values now (under mutex), and whether it is on the list of
+     * retired walks (under walks_mutex). */
+    int users;
+    int listed;
 };
 
 /* What walks may hold in memory at once, and hold now. */
 static _Atomic uint64_t walk_memory_limit = (uint64_t)256 << 20;
 static _Atomic uint64_t walk_memory_held;
-static _Atomic uint64_t walks_spilled, walks_spilled_bytes;
+static _Atomic uint64_t walks_spilled, walks_spilled_bytes, walks_reclaimed;
 
 void zm_synth_set_walk_memory(uint64_t bytes)
 {
@@ -59,6 +64,7 @@ void zm_synth_get_walk_stats(zm_synth_walk_stats *out)
     out->limit_bytes = atomic_load(&walk_memory_limit);
     out->spilled = atomic_load(&walks_spilled);
     out->spilled_bytes = atomic_load(&walks_spilled_bytes);
+    out->reclaimed = atomic_load(&walks_reclaimed);
 }
 
 /* Batches of a walk: their buffer is at most 32 MiB and an eighth of what
@@ -68,7 +74,7 @@ void zm_synth_get_walk_stats(zm_synth_walk_stats *out)
 static uint64_t batch_bytes(void)
 {
     uint64_t bytes = atomic_load(&walk_memory_limit) / 8;
-    return bytes < 4096 ? 4096 : bytes > BATCH_BYTES_MAX ? BATCH_BYTES_MAX : bytes;
+    return bytes < 256 ? 256 : bytes > BATCH_BYTES_MAX ? BATCH_BYTES_MAX : bytes;
 }
 
 static uint64_t batch_rows(void)
@@ -89,10 +95,117 @@ static int claim_walk_memory(uint64_t size)
 
 static pthread_mutex_t walks_mutex = PTHREAD_MUTEX_INITIALIZER;
 
+/* Walks whose chunks are all made, oldest first (under walks_mutex): their
+ * memory is taken back when a new walk needs it. */
+static struct zm_walk **retired;
+static size_t retired_count, retired_capacity;
+
+static void unlist_locked(struct zm_walk *walk)
+{
+    for (size_t i = 0; walk->listed && i < retired_count; i++)
+        if (retired[i] == walk) {
+            memmove(retired + i, retired + i + 1, (retired_count - i - 1) * sizeof *retired);
+            retired_count--;
+            break;
+        }
+    walk->listed = 0;
+}
+
+/* What a walk holds in memory let go; it is made again if asked for.
+ * Under its mutex, with no user. */
+static void release_values(struct zm_walk *w)
+{
+    if (w->bytes != NULL && w->size > 0)
+        munmap(w->bytes, w->size);
+    w->bytes = NULL;
+    zm_strings_free(&w->strings);
+    memset(&w->strings, 0, sizeof w->strings);
+    if (w->claimed)
+        atomic_fetch_sub(&walk_memory_held, w->size);
+    w->claimed = 0;
+    w->state = 0;
+}
+
+/* Claims size bytes of walk memory for self, taking back retired walks'
+ * (oldest first, none in use) while it does not fit. */
+static int claim_reclaiming(uint64_t size, struct zm_walk *self)
+{
+    if (claim_walk_memory(size))
+        return 1;
+    if (size > atomic_load(&walk_memory_limit))
+        return 0;
+    int claimed = 0;
+    pthread_mutex_lock(&walks_mutex);
+    for (size_t i = 0; !claimed && i < retired_count;) {
+        struct zm_walk *c = retired[i];
+        /* A walk being made or read holds its mutex: passed over. */
+        if (c == self || pthread_mutex_trylock(&c->mutex) != 0) {
+            i++;
+            continue;
+        }
+        int gone = !c->claimed || c->state != 1; /* spilled, failed, or taken back */
+        if (!gone && c->users == 0) {
+            release_values(c);
+            atomic_fetch_add(&walks_reclaimed, 1);
+            gone = 1;
+        }
+        pthread_mutex_unlock(&c->mutex);
+        if (gone)
+            unlist_locked(c);
+        else
+            i++;
+        claimed = claim_walk_memory(size);
+    }
+    pthread_mutex_unlock(&walks_mutex);
+    return claimed;
+}
+
+void zm_synth_walk_retire(const zm_store_node *node)
+{
+    struct zm_walk *w = __atomic_load_n(&node->walk, __ATOMIC_ACQUIRE);
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&walks_mutex);
+    if (!w->listed) {
+        if (retired_count == retired_capacity) {
+            size_t capacity = retired_capacity ? retired_capacity * 2 : 16;
+            struct zm_walk **grown = realloc(retired, capacity * sizeof *grown);
+            if (grown == NULL) { /* kept: it is only not taken back */
+                pthread_mutex_unlock(&walks_mutex);
+                return;
+            }
+            retired = grown;
+            retired_capacity = capacity;
+        }
+        retired[retired_count++] = w;
+        w->listed = 1;
+    }
+    pthread_mutex_unlock(&walks_mutex);
+}
+
+/* A use of a walk's values (walk_of) ends. */
+static void walk_put(struct zm_walk *w)
+{
+    pthread_mutex_lock(&w->mutex);
+    w->users--;
+    pthread_mutex_unlock(&w->mutex);
+}
+
+void zm_synth_chunk_done(const zm_store_node *node, uint8_t *raw, int borrowed)
+{
+    if (borrowed)
+        walk_put(node->walk);
+    else
+        free(raw);
+}
+
 void zm__walk_free(struct zm_walk *walk)
 {
     if (walk == NULL)
         return;
+    pthread_mutex_lock(&walks_mutex);
+    unlist_locked(walk);
+    pthread_mutex_unlock(&walks_mutex);
     if (walk->bytes != NULL && walk->size > 0)
         munmap(walk->bytes, walk->size);
     if (walk->claimed)
@@ -337,7 +450,8 @@ static int cell_rows(zm_view *view, const zm_array *array, uint64_t from, uint64
 
 static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w);
 
-/* The array's walk, made on first use: one thread makes it, others wait. */
+/* The array's walk, made on first use (or again, once taken back): one
+ * thread makes it, others wait. Each use ends with walk_put. */
 static int walk_of(zm_view *view, const zm_store_node *node, struct zm_walk **out, zm_err *err)
 {
     zm_store_node *n = (zm_store_node *)node;
@@ -364,6 +478,8 @@ static int walk_of(zm_view *view, const zm_store_node *node, struct zm_walk **ou
     int state = w->state;
     if (state < 0 && err)
         *err = w->err;
+    if (state == 1)
+        w->users++; /* until walk_put */
     pthread_mutex_unlock(&w->mutex);
     if (state < 0)
         return state;
@@ -620,12 +736,14 @@ static int strings_chunk(zm_view *view, const zm_store_node *node, uint64_t from
                 rc = encode_strings(node, padded * per_row, offsets, bytes, raw, raw_size, err);
             free(offsets);
             free(bytes);
-            return rc;
+        } else {
+            /* Every value of the array in memory, by source row: the
+             * chunk's items taken in view order, one copy, no sort. */
+            rc = walked_strings(view, node, &w->strings, from, to, padded * per_row, per_row, raw,
+                                raw_size, err);
         }
-        /* Every value of the array in memory, by source row: the chunk's
-         * items taken in view order, one copy, no sort. */
-        return walked_strings(view, node, &w->strings, from, to, padded * per_row, per_row, raw,
-                              raw_size, err);
+        walk_put(w);
+        return rc;
     }
     pair *pairs = per_cell ? sorted_rows(view, from, to) : NULL;
     uint64_t *rows = malloc((count ? count : 1) * sizeof *rows);
@@ -1003,6 +1121,108 @@ static void row_extent(const struct zm_walk *w, const zm_view_sparse_info *s, si
     }
 }
 
+/* Source rows a span read takes at most, in bytes. */
+#define SPAN_BYTES ((uint64_t)8 << 20)
+#define SPAN_ROWS ((uint64_t)1 << 20)
+
+/* Copies a row of `size` bytes: the common sizes as one move each. */
+static inline void put_row(uint8_t *to, const uint8_t *from, uint64_t size)
+{
+    switch (size) {
+    case 1: *to = *from; break;
+    case 2: memcpy(to, from, 2); break;
+    case 4: memcpy(to, from, 4); break;
+    case 8: memcpy(to, from, 8); break;
+    case 16: memcpy(to, from, 16); break;
+    default: memcpy(to, from, size);
+    }
+}
+
+/* The pass of an in-memory walk of fixed-size rows in spans of source rows
+ * (whole chunks when chunked): a span that is mostly kept is read as one
+ * range (its chunks decoded straight into a buffer, a contiguous array read
+ * in large pieces) and each kept row copied to its place; a sparse one
+ * reads its kept rows only. Listing each row as a range of its own cost
+ * about ten times the copy for narrow rows (codes, a float column). */
+static int span_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w,
+                     const uint32_t *inverse, uint8_t *out, uint64_t v0, uint64_t v1)
+{
+    zm_err *err = &w->err;
+    zm_source *source = zm_view_source(view);
+    const zm_array_info *info = zm_array_describe(node->source);
+    uint64_t n = zm_source_n_obs(source), rb = w->row_bytes;
+    uint64_t span = SPAN_BYTES / rb ? SPAN_BYTES / rb : 1;
+    span = span < SPAN_ROWS ? span : SPAN_ROWS;
+    if (info->layout == ZM_LAYOUT_CHUNKED && !info->transposed && info->chunk_shape[0] > 0) {
+        uint64_t c = info->chunk_shape[0];
+        span = span < c ? c : span / c * c;
+    }
+    uint8_t *buffer = malloc(span * rb);
+    uint64_t *rows = malloc(span / 4 * sizeof *rows + 8), *dest = malloc(span / 4 * sizeof *dest + 8);
+    int rc = buffer && rows && dest ? 0 : zm_err_set(err, -ENOMEM, "out of memory for a walk");
+    for (uint64_t p0 = 0; rc == 0 && p0 < n; p0 += span) {
+        uint64_t p1 = n - p0 < span ? n : p0 + span, kept = 0, first = p1, last = p0;
+        /* ZM_VIEW_NOT_KEPT is above every view row: v1 leaves it out. */
+        for (uint64_t p = p0; p < p1; p++)
+            if (inverse[p] >= v0 && inverse[p] < v1) {
+                kept++;
+                first = first < p ? first : p;
+                last = p;
+            }
+        if (kept == 0)
+            continue;
+        if (kept * 4 < last + 1 - first) { /* few kept: those rows only */
+            for (uint64_t p = p0, i = 0; p < p1; p++)
+                if (inverse[p] >= v0 && inverse[p] < v1) {
+                    rows[i] = p;
+                    dest[i++] = inverse[p] - v0;
+                }
+            rc = zm_array_scatter_rows(source, node->source, rows, dest, kept, out, ZM_READ_PASS,
+                                       err);
+            continue;
+        }
+        /* From the first row kept to the last: no more than a fraction. */
+        rc = zm_array_read_rows_flags(source, node->source, first, last + 1 - first, buffer,
+                                      ZM_READ_PASS, err);
+        for (uint64_t p = first; rc == 0 && p <= last; p++)
+            if (inverse[p] >= v0 && inverse[p] < v1)
+                put_row(out + (inverse[p] - v0) * rb, buffer + (p - first) * rb, rb);
+    }
+    free(buffer);
+    free(rows);
+    free(dest);
+    return rc;
+}
+
+/* A spilled walk of fixed-size rows at most this many batches large is made
+ * in bands of whole chunks, a batch at most each, a pass over the source a
+ * band: a band is written once in view order (read back as it lies, no
+ * sort), and a few passes over a column cost less than sorting its rows by
+ * chunk twice. */
+#define BANDS_MAX 4
+
+static int banded_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w,
+                       const uint32_t *inverse)
+{
+    zm_err *err = &w->err;
+    uint64_t rows = node->meta.shape[0], chunk_rows = node->meta.chunks[0];
+    uint64_t band = batch_bytes() / (chunk_rows * w->row_bytes) * chunk_rows;
+    band = band < chunk_rows ? chunk_rows : band;
+    if ((w->fd = spill_file(err)) < 0)
+        return err->code;
+    w->in_order = 1;
+    uint8_t *out = malloc(band * w->row_bytes);
+    int rc = out ? 0 : zm_err_set(err, -ENOMEM, "out of memory for a walk");
+    for (uint64_t v0 = 0; rc == 0 && v0 < rows; v0 += band) {
+        uint64_t v1 = rows - v0 < band ? rows : v0 + band;
+        rc = span_walk(view, node, w, inverse, out, v0, v1);
+        if (rc == 0)
+            rc = write_all(w->fd, out, (v1 - v0) * w->row_bytes, v0 * w->row_bytes, err);
+    }
+    free(out);
+    return end_pass(w, rc, 1, w->size);
+}
+
 /* The pass of a walk in batches of source rows in file order: into its
  * place in memory (w->bytes), or spilled (see struct zm_walk). Either way
  * the row lists are a batch's, not the array's. */
@@ -1021,6 +1241,10 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
     const uint32_t *inverse = zm_view_inverse(view, err);
     if (inverse == NULL)
         return -ENOMEM;
+    if (!spill && s == NULL)
+        return span_walk(view, node, w, inverse, w->bytes, 0, node->meta.shape[0]);
+    if (spill && s == NULL && w->size <= BANDS_MAX * batch_bytes())
+        return banded_walk(view, node, w, inverse);
     size_t value_size = node->value_size;
     uint64_t region = node->meta.chunks[0] * w->row_bytes, regions = node->grid[0];
     if (spill && (w->fd = spill_file(err)) < 0)
@@ -1292,7 +1516,7 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
         for (unsigned d = 1; d < node->meta.rank; d++)
             values *= node->meta.shape[d];
         w->size = (size_t)(values * STRING_WALK_BYTES_PER_VALUE);
-        w->claimed = claim_walk_memory(w->size);
+        w->claimed = claim_reclaiming(w->size, w);
         if (!w->claimed)
             return spill_strings_walk(view, node, w);
         int rc = zm_array_read_strings(zm_view_source(view), node->source, NULL, 0, &w->strings,
@@ -1310,7 +1534,7 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
     w->size = (size_t)(node->meta.shape[0] * per_row);
     if (w->size == 0)
         return 0;
-    w->claimed = claim_walk_memory(w->size);
+    w->claimed = claim_reclaiming(w->size, w);
     int batches = can_spill(view, node), in_order = !batches && renumbered(view, node);
     if (!w->claimed && batches)
         return batch_walk(view, node, w);
@@ -1382,14 +1606,17 @@ int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coo
         *raw = w->bytes + from * per_row_values * node->value_size;
         *raw_size = bytes;
         *borrowed = 1;
-        return 0;
+        return 0; /* the walk in use until zm_synth_chunk_done */
     }
     /* Zero is the fill value: a chunk cut from a walk has every row but its
      * padding written, the others are made on zeros. */
     uint64_t row_bytes = per_row_values * node->value_size;
     uint8_t *out = w != NULL ? malloc(bytes ? bytes : 1) : calloc(bytes ? bytes : 1, 1);
-    if (out == NULL)
+    if (out == NULL) {
+        if (w != NULL)
+            walk_put(w);
         return zm_err_set(err, -ENOMEM, "out of memory for a %zu-byte chunk", bytes);
+    }
     if (w != NULL)
         memset(out + (to - from) * row_bytes, 0, bytes - (to - from) * row_bytes);
     int rc = 0;
@@ -1405,6 +1632,8 @@ int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coo
     } else {
         rc = fill_chunk(view, node, from, to, out, err);
     }
+    if (w != NULL)
+        walk_put(w);
     if (rc != 0) {
         free(out);
         return rc;
