@@ -45,14 +45,24 @@ struct collection {
     uint32_t table_capacity;
 };
 
+/* Reading every string of an array: the collections, written one after
+ * another, are read in windows of this size (a pread a collection of a few
+ * KiB each was most of the time of ten million obs names). */
+#define WINDOW ((uint64_t)1 << 20)
+
 struct heap {
     zm_source *source;
     zm_array *array;
     struct collection kept[KEPT];
+    int windowed;        /* every row is read: collections come by windows */
+    uint8_t *window;
+    uint64_t window_at;  /* the window's file offset */
+    uint64_t window_size;
 };
 
 static void heap_free(struct heap *h)
 {
+    free(h->window);
     for (int i = 0; i < KEPT; i++) {
         free(h->kept[i].bytes);
         free(h->kept[i].at);
@@ -66,6 +76,30 @@ static int damaged(const zm_array *array, uint64_t address, const char *what, zm
                       array->file_path, address, what);
 }
 
+/* size bytes at offset of the file: from the window when windowed (a new
+ * window read where it does not hold them), else one pread. */
+static int heap_read(struct heap *h, uint64_t offset, uint8_t *out, uint64_t size, zm_err *err)
+{
+    if (!h->windowed || size > WINDOW)
+        return zm__read_exact(h->source, offset, out, size, h->array, err);
+    if (h->window == NULL || offset < h->window_at ||
+        offset + size > h->window_at + h->window_size) {
+        uint64_t file_size = (uint64_t)zm_source_get_identity(h->source)->size;
+        uint64_t take = file_size - offset < WINDOW ? file_size - offset : WINDOW;
+        if (h->window == NULL && (h->window = malloc(WINDOW)) == NULL)
+            return zm_err_set(err, -ENOMEM, "out of memory reading %s", h->array->file_path);
+        h->window_size = 0;
+        int rc = zm__read_exact(h->source, offset, h->window, take < size ? size : take, h->array,
+                                err);
+        if (rc != 0)
+            return rc;
+        h->window_at = offset;
+        h->window_size = take < size ? size : take;
+    }
+    memcpy(out, h->window + (offset - h->window_at), size);
+    return 0;
+}
+
 /* Reads and indexes the collection at a (relative) address into c. */
 static int load(struct heap *h, struct collection *c, uint64_t address, zm_err *err)
 {
@@ -74,13 +108,15 @@ static int load(struct heap *h, struct collection *c, uint64_t address, zm_err *
     uint64_t offset = h->array->base_address + address;
     uint8_t header[16];
     c->address = 0;
-    int rc = zm__read_exact(h->source, offset, header, 8 + ss, array, err);
+    uint64_t file_size = (uint64_t)zm_source_get_identity(h->source)->size;
+    if (offset > file_size || file_size - offset < 8 + ss)
+        return damaged(array, address, "has an impossible size", err);
+    int rc = heap_read(h, offset, header, 8 + ss, err);
     if (rc != 0)
         return rc;
     if (memcmp(header, "GCOL", 4) != 0 || header[4] != 1)
         return damaged(array, address, "has no GCOL signature of version 1", err);
     uint64_t size = zm__le(header + 8, ss);
-    uint64_t file_size = (uint64_t)zm_source_get_identity(h->source)->size;
     if (size < 8 + ss || size > MAX_COLLECTION || offset > file_size || size > file_size - offset)
         return damaged(array, address, "has an impossible size", err);
     if (size > c->capacity) {
@@ -90,7 +126,7 @@ static int load(struct heap *h, struct collection *c, uint64_t address, zm_err *
         c->bytes = grown;
         c->capacity = size;
     }
-    rc = zm__read_exact(h->source, offset, c->bytes, size, array, err);
+    rc = heap_read(h, offset, c->bytes, size, err);
     if (rc != 0)
         return rc;
     c->size = size;
@@ -178,7 +214,7 @@ static int vlen_block(void *context, size_t task)
     size_t first = task * BLOCK_ROWS, last = first + BLOCK_ROWS < r->count ? first + BLOCK_ROWS : r->count;
     unsigned sa = array->sizeof_addr;
     size_t id_size = 4 + sa + 4;
-    struct heap heap = {r->source, array, {{0}}};
+    struct heap heap = {r->source, array, {{0}}, r->rows == NULL, NULL, 0, 0};
     uint8_t *ids = NULL;
     size_t ids_capacity = 0;
     uint64_t total = 0;
