@@ -1151,8 +1151,12 @@ static int span_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
     zm_source *source = zm_view_source(view);
     const zm_array_info *info = zm_array_describe(node->source);
     uint64_t n = zm_source_n_obs(source), rb = w->row_bytes;
-    uint64_t span = SPAN_BYTES / rb ? SPAN_BYTES / rb : 1;
+    /* As large as a batch of a spilled walk at most: what a walk holds
+     * besides its values follows cache_size. */
+    uint64_t bytes = SPAN_BYTES < batch_bytes() ? SPAN_BYTES : batch_bytes();
+    uint64_t span = bytes / rb ? bytes / rb : 1;
     span = span < SPAN_ROWS ? span : SPAN_ROWS;
+    span = span < batch_rows() ? span : batch_rows();
     if (info->layout == ZM_LAYOUT_CHUNKED && !info->transposed && info->chunk_shape[0] > 0) {
         uint64_t c = info->chunk_shape[0];
         span = span < c ? c : span / c * c;
