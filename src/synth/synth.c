@@ -313,6 +313,47 @@ static int read_all(int fd, uint8_t *bytes, size_t size, uint64_t offset, zm_err
     return 0;
 }
 
+/* Copies n bytes between buffers that do not overlap: a short run (a
+ * sparse row of a few values, sorted or cut by a spilled walk: tens of
+ * millions of them at atlas scale) as two overlapping moves of a fixed
+ * size rather than a call to memcpy. */
+static inline void copy_run(uint8_t *to, const uint8_t *from, size_t n)
+{
+    typedef struct { uint64_t w[2]; } u128;
+    typedef struct { uint64_t w[4]; } u256;
+    if (n >= 32 && n <= 64) {
+        u256 a, b;
+        memcpy(&a, from, 32);
+        memcpy(&b, from + n - 32, 32);
+        memcpy(to, &a, 32);
+        memcpy(to + n - 32, &b, 32);
+    } else if (n >= 16 && n < 32) {
+        u128 a, b;
+        memcpy(&a, from, 16);
+        memcpy(&b, from + n - 16, 16);
+        memcpy(to, &a, 16);
+        memcpy(to + n - 16, &b, 16);
+    } else if (n >= 8 && n < 16) {
+        uint64_t a, b;
+        memcpy(&a, from, 8);
+        memcpy(&b, from + n - 8, 8);
+        memcpy(to, &a, 8);
+        memcpy(to + n - 8, &b, 8);
+    } else if (n >= 4 && n < 8) {
+        uint32_t a, b;
+        memcpy(&a, from, 4);
+        memcpy(&b, from + n - 4, 4);
+        memcpy(to, &a, 4);
+        memcpy(to + n - 4, &b, 4);
+    } else if (n > 0 && n < 4) {
+        to[0] = from[0];
+        to[n / 2] = from[n / 2];
+        to[n - 1] = from[n - 1];
+    } else if (n > 64) {
+        memcpy(to, from, n);
+    }
+}
+
 typedef struct pair {
     uint64_t source; /* source row (or range start) */
     uint64_t slot;   /* where it goes in the output */
@@ -1125,19 +1166,6 @@ static void row_extent(const struct zm_walk *w, const zm_view_sparse_info *s, si
 #define SPAN_BYTES ((uint64_t)8 << 20)
 #define SPAN_ROWS ((uint64_t)1 << 20)
 
-/* Copies a row of `size` bytes: the common sizes as one move each. */
-static inline void put_row(uint8_t *to, const uint8_t *from, uint64_t size)
-{
-    switch (size) {
-    case 1: *to = *from; break;
-    case 2: memcpy(to, from, 2); break;
-    case 4: memcpy(to, from, 4); break;
-    case 8: memcpy(to, from, 8); break;
-    case 16: memcpy(to, from, 16); break;
-    default: memcpy(to, from, size);
-    }
-}
-
 /* The pass of an in-memory walk of fixed-size rows in spans of source rows
  * (whole chunks when chunked): a span that is mostly kept is read as one
  * range (its chunks decoded straight into a buffer, a contiguous array read
@@ -1190,7 +1218,7 @@ static int span_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
                                       ZM_READ_PASS, err);
         for (uint64_t p = first; rc == 0 && p <= last; p++)
             if (inverse[p] >= v0 && inverse[p] < v1)
-                put_row(out + (inverse[p] - v0) * rb, buffer + (p - first) * rb, rb);
+                copy_run(out + (inverse[p] - v0) * rb, buffer + (p - first) * rb, rb);
     }
     free(buffer);
     free(rows);
@@ -1341,7 +1369,7 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
                 for (; a < b; c++) { /* once for most rows: they lie in one chunk */
                     uint64_t end = (c + 1) * region < b ? (c + 1) * region : b;
                     if (copy) {
-                        memcpy(sorted + at[c], staging + from, end - a);
+                        copy_run(sorted + at[c], staging + from, end - a);
                         at[c] += end - a;
                     } else {
                         counts[c] += end - a;
@@ -1432,7 +1460,7 @@ static int cut_spilled(zm_view *view, const zm_store_node *node, struct zm_walk 
         b = b > a1 ? a1 : b;
         if (b <= a)
             continue;
-        memcpy(out + (a - a0), region + taken, b - a);
+        copy_run(out + (a - a0), region + taken, b - a);
         taken += b - a;
     }
     if (rc == 0 && taken != length)
