@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <isa-l/igzip_lib.h>
 #include <libdeflate.h>
 #include <pthread.h>
 #include <zlib.h>
@@ -716,6 +717,23 @@ int zm__filter_decode_unsized(const zm__filter *filter, const uint8_t *in, size_
     return zm__decode_grow(codec, filter, name, in, in_size, limit, out, out_size, err);
 }
 
+/* ISA-L's inflate, where a part of a chunk is wanted: it stops when the
+ * part is made, as zlib's does, and runs 1.3-2.5 times as fast as zlib's on
+ * single-cell chunks (libdeflate, faster still, takes whole chunks only). */
+static const char *zm__isal_error(int rc)
+{
+    switch (rc) {
+    case ISAL_INVALID_BLOCK: return "an invalid block";
+    case ISAL_INVALID_SYMBOL: return "an invalid symbol";
+    case ISAL_INVALID_LOOKBACK: return "a distance past the start";
+    case ISAL_INVALID_WRAPPER: return "not a zlib stream";
+    case ISAL_UNSUPPORTED_METHOD: return "not deflate";
+    case ISAL_INCORRECT_CHECKSUM: return "a wrong checksum";
+    case ISAL_NEED_DICT: return "a preset dictionary";
+    default: return "an error";
+    }
+}
+
 int zm__inflate_prefix(zm__stored_reader read, void *context, size_t stored, size_t raw_size,
                        uint8_t *out, size_t needed, size_t *read_bytes, zm_err *err)
 {
@@ -727,47 +745,49 @@ int zm__inflate_prefix(zm__stored_reader read, void *context, size_t stored, siz
     size_t step = stored / 4 + 4096;
     if (first > stored)
         first = stored;
+    if (needed > UINT32_MAX || first > UINT32_MAX || step > UINT32_MAX)
+        return zm_err_set(err, -EINVAL, "deflate: a chunk part of %zu bytes is too large", needed);
     uint8_t *buffer = malloc(first > step ? first : step);
-    if (buffer == NULL)
-        return zm_err_set(err, -ENOMEM, "deflate: out of memory for a chunk");
-    z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    if (inflateInit(&zs) != Z_OK) {
+    struct inflate_state *state = malloc(sizeof *state);
+    if (buffer == NULL || state == NULL) {
         free(buffer);
-        return zm_err_set(err, -ENOMEM, "deflate: cannot start inflating");
+        free(state);
+        return zm_err_set(err, -ENOMEM, "deflate: out of memory for a chunk");
     }
-    zs.next_out = out;
-    zs.avail_out = (uInt)needed;
+    isal_inflate_init(state);
+    state->crc_flag = ISAL_ZLIB;
+    state->next_out = out;
+    state->avail_out = (uint32_t)needed;
     size_t offset = 0;
     int rc = 0;
-    while (rc == 0 && zs.avail_out > 0) {
-        if (zs.avail_in == 0) {
+    while (rc == 0 && state->avail_out > 0) {
+        if (state->avail_in == 0) {
             size_t want = offset == 0 ? first : step;
             if (want > stored - offset)
                 want = stored - offset;
             if (want == 0) {
                 rc = zm_err_set(err, -EIO, "deflate: the stream ends after %zu of %zu bytes",
-                                needed - zs.avail_out, needed);
+                                needed - state->avail_out, needed);
                 break;
             }
             if ((rc = read(context, offset, buffer, want, err)) != 0)
                 break;
             offset += want;
-            zs.next_in = buffer;
-            zs.avail_in = (uInt)want;
+            state->next_in = buffer;
+            state->avail_in = (uint32_t)want;
         }
-        int z = inflate(&zs, Z_NO_FLUSH);
-        if (z == Z_STREAM_END) {
-            if (zs.avail_out > 0)
-                rc = zm_err_set(err, -EIO, "deflate: the stream holds %zu bytes, %zu were expected",
-                                needed - zs.avail_out, raw_size);
+        int z = isal_inflate(state);
+        if (z < 0 || z == ISAL_NEED_DICT) {
+            rc = zm_err_set(err, -EIO, "deflate: corrupt stream (%s)", zm__isal_error(z));
             break;
         }
-        if (z != Z_OK && !(z == Z_BUF_ERROR && zs.avail_in == 0))
-            rc = zm_err_set(err, -EIO, "deflate: corrupt stream (%s)",
-                            zs.msg ? zs.msg : "zlib error");
+        if (state->block_state == ISAL_BLOCK_FINISH && state->avail_out > 0) {
+            rc = zm_err_set(err, -EIO, "deflate: the stream holds %zu bytes, %zu were expected",
+                            needed - state->avail_out, raw_size);
+            break;
+        }
     }
-    inflateEnd(&zs);
+    free(state);
     free(buffer);
     *read_bytes = offset;
     return rc;

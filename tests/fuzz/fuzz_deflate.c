@@ -1,6 +1,6 @@
 /* libFuzzer target: the deflate filter decoder (HDF5 filter 1: a zlib
  * stream, decoded by libdeflate with zlib behind it for what libdeflate
- * refuses), and zm__inflate_prefix (zlib, a chunk's first bytes only).
+ * refuses), and zm__inflate_prefix (ISA-L, a chunk's first bytes only).
  * Input as fuzz_filters.h says; the settings byte picks the zlib level
  * (its value modulo 10) for the round trip and the prefix (bits 4-7).
  *
