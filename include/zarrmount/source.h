@@ -258,10 +258,6 @@ typedef struct zm_strings {
 int zm_array_read_strings(zm_source *source, const zm_array *array, const uint64_t *rows,
                           size_t count, zm_strings *out, zm_err *err);
 void zm_strings_free(zm_strings *strings);
-/* The items of the given rows (per_row items each, in that order) of a
- * string set read before: *out holds count · per_row strings. */
-int zm_strings_pick(const zm_strings *all, const uint64_t *rows, size_t count, uint64_t per_row,
-                    zm_strings *out, zm_err *err);
 
 /* ---- The default block size B0 (spec: "blocks") ----------------------------------- */
 

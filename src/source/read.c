@@ -960,8 +960,7 @@ static int read_ranges(zm_source *source, const zm_array *const_array, const zm_
 int zm_array_read_rows(zm_source *source, const zm_array *array, uint64_t start, uint64_t count,
                        void *out, zm_err *err)
 {
-    zm_range range = {start, start + count};
-    return read_ranges(source, array, &range, 1, NULL, out, 0, err);
+    return zm_array_read_rows_flags(source, array, start, count, out, 0, err);
 }
 
 int zm_array_read_rows_flags(zm_source *source, const zm_array *array, uint64_t start,
@@ -1012,15 +1011,11 @@ int zm_array_scatter_rows(zm_source *source, const zm_array *array, const uint64
                           const uint64_t *out_rows, size_t count, void *out, unsigned flags,
                           zm_err *err)
 {
+    /* A range a row: read_ranges makes one of rows consecutive in the
+     * source and in the output. */
     zm_range *ranges = malloc((count ? count : 1) * sizeof *ranges);
-    uint64_t *dest = malloc((count ? count : 1) * sizeof *dest);
-    if (ranges == NULL || dest == NULL) {
-        free(ranges);
-        free(dest);
+    if (ranges == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
-    }
-    /* Rows consecutive in the source and in the output make one range. */
-    size_t n = 0;
     int rc = 0;
     for (size_t i = 0; i < count; i++) {
         if (i > 0 && rows[i] <= rows[i - 1]) {
@@ -1029,18 +1024,11 @@ int zm_array_scatter_rows(zm_source *source, const zm_array *array, const uint64
                             (unsigned long long)rows[i - 1]);
             break;
         }
-        if (n > 0 && ranges[n - 1].end == rows[i] &&
-            dest[n - 1] + (ranges[n - 1].end - ranges[n - 1].start) == out_rows[i]) {
-            ranges[n - 1].end++;
-        } else {
-            ranges[n] = (zm_range){rows[i], rows[i] + 1};
-            dest[n++] = out_rows[i];
-        }
+        ranges[i] = (zm_range){rows[i], rows[i] + 1};
     }
     if (rc == 0)
-        rc = read_ranges(source, array, ranges, n, dest, out, flags, err);
+        rc = read_ranges(source, array, ranges, count, out_rows, out, flags, err);
     free(ranges);
-    free(dest);
     return rc;
 }
 
@@ -1063,8 +1051,10 @@ int zm_array_scatter_ranges(zm_source *source, const zm_array *array, const zm_r
     return read_ranges(source, array, ranges, count, out_at, out, flags, err);
 }
 
-int zm_strings_pick(const zm_strings *all, const uint64_t *rows, size_t count, uint64_t per_row,
-                    zm_strings *out, zm_err *err)
+/* The items of the given rows (per_row items each, in that order) of a
+ * string set read before: *out holds count · per_row strings. */
+static int strings_pick(const zm_strings *all, const uint64_t *rows, size_t count,
+                        uint64_t per_row, zm_strings *out, zm_err *err)
 {
     memset(out, 0, sizeof *out);
     uint64_t total = 0;
@@ -1252,14 +1242,14 @@ static int read_strings_raw(zm_source *source, zm_array *array, const uint64_t *
         per_row *= array->info.shape[d];
     if (array->info.data_path == ZM_PATH_MEMORY) {
         if (rows != NULL)
-            return zm_strings_pick(&array->memory_strings, rows, count, per_row, out, err);
+            return strings_pick(&array->memory_strings, rows, count, per_row, out, err);
         uint64_t all_rows = row_count(array);
         uint64_t *every = malloc((all_rows ? all_rows : 1) * sizeof *every);
         if (every == NULL)
             return zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
         for (uint64_t i = 0; i < all_rows; i++)
             every[i] = i;
-        int rc = zm_strings_pick(&array->memory_strings, every, all_rows, per_row, out, err);
+        int rc = strings_pick(&array->memory_strings, every, all_rows, per_row, out, err);
         free(every);
         return rc;
     }
@@ -1296,7 +1286,7 @@ static int read_strings_raw(zm_source *source, zm_array *array, const uint64_t *
         }
         for (size_t i = 0; i < count; i++)
             shifted[i] = rows[i] - span.start;
-        rc = zm_strings_pick(&all, shifted, count, per_row, out, err);
+        rc = strings_pick(&all, shifted, count, per_row, out, err);
         free(shifted);
         zm_strings_free(&all);
         return rc;
