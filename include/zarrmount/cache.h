@@ -78,14 +78,18 @@ uint64_t zm_cache_key(const void *bytes, size_t length);
  * bytes checked on every read (a damaged, truncated or foreign entry is
  * removed and reported missing, never served), written under a temporary
  * name and renamed (a crash leaves no half entry), the whole bounded and
- * evicted least recently used first. A format number in the layout keeps
- * a newer zarrmount off an older one's entries (which eviction removes
- * first). Entries are in the machine's byte order: another machine's read
- * as damaged. Thread-safe; several processes may share a directory. */
+ * evicted least recently used first. An entry's bytes are a file of their
+ * own, exactly those bytes (zm_disk_open_entry lends it, for the kernel to
+ * serve as it lies). A format number in the layout keeps a newer zarrmount
+ * off an older one's entries; entries of format 1 are moved to the current
+ * format when first read, other formats are evicted first. Entries are in
+ * the machine's byte order: another machine's read as damaged. Thread-safe;
+ * several processes may share a directory. */
 typedef struct zm_disk zm_disk;
 
 typedef struct zm_disk_stats {
     uint64_t hits, misses, writes, evictions, damaged;
+    uint64_t migrated; /* entries of an older format moved to the current one */
     uint64_t bytes_held, entries, capacity_bytes;
 } zm_disk_stats;
 
@@ -104,6 +108,22 @@ void zm_disk_close(zm_disk *disk);
  * -errno if it could not be read. */
 int zm_disk_get(zm_disk *disk, const char *space, const char *key, uint8_t **bytes, size_t *size,
                 zm_err *err);
+
+/* The entry's bytes as a file: *fd a read-only descriptor of a file
+ * holding exactly them (*size bytes), checked against their xxh3 just now;
+ * the caller closes it. Errors as zm_disk_get. The file stays readable
+ * through *fd even if the entry is evicted or replaced meanwhile. */
+int zm_disk_open_entry(zm_disk *disk, const char *space, const char *key, int *fd, uint64_t *size,
+                       zm_err *err);
+
+/* The length of an entry's bytes, from its header and its file's length,
+ * without reading them (they are checked when read). -ENOENT if there is
+ * no entry; other errors as zm_disk_get. Counts neither a hit nor a miss. */
+int zm_disk_size(zm_disk *disk, const char *space, const char *key, uint64_t *size);
+
+/* Whether the cache holds at least one entry of space (of the current
+ * format), without checking it. */
+int zm_disk_has_space(zm_disk *disk, const char *space);
 
 /* Files (or replaces) an entry, evicting the least recently used ones if
  * the bound would be passed. -EFBIG for an entry larger than the bound. */

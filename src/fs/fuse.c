@@ -31,6 +31,7 @@
 #include "fs/inodes.h"
 #include "fs/log.h"
 #include "fs/options.h"
+#include "fs/passthrough.h"
 #include "fs/tree.h"
 
 #ifndef ZM_VERSION
@@ -88,6 +89,13 @@ typedef struct zm__fs {
      * count this slot and each readdir using it) so that the readdirs of one
      * large directory do not list it again each time. */
     atomic_int no_opendir;
+    /* FUSE passthrough (passthrough.h) was asked for at INIT: files the
+     * disk cache holds are then opened for the kernel to read from it, and
+     * every open is answered (no no_open). backing_refused: the kernel
+     * refused a backing file (said once in the log; the daemon serves). */
+    int passthrough;
+    atomic_int backing_refused;
+    zm__backings *backings;
     pthread_mutex_t listing_lock;
     struct zm__dir *listing;
     /* The source watcher: a change drops every page the kernel keeps. */
@@ -97,9 +105,12 @@ typedef struct zm__fs {
     int watcher_stop[2]; /* a pipe: written to stop the watcher */
 } zm__fs;
 
-/* An open file: its path, so that reads go to the tree without the table. */
+/* An open file: its path, so that reads go to the tree without the table,
+ * and (passthrough asked for) its inode and how its open was answered. */
 typedef struct zm__file {
     zm__handle handle;
+    uint64_t inode;
+    int mode; /* ZM__OPEN_CACHED or ZM__OPEN_PASSTHROUGH; 0: not counted */
     char path[];
 } zm__file;
 
@@ -302,8 +313,10 @@ static void zm__op_init(void *userdata, struct fuse_conn_info *conn)
 {
     zm__fs *fs = userdata;
     /* Files need no open: their identity check is made on every read that
-     * reaches the daemon, and the watcher drops cached pages on a change. */
-    if (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT)
+     * reaches the daemon, and the watcher drops cached pages on a change.
+     * With passthrough asked for they do: an open is when the kernel is
+     * given the disk cache's file to read from. */
+    if ((conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) && !fs->passthrough)
         atomic_store(&fs->no_open, 1);
     if (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT)
         atomic_store(&fs->no_opendir, 1);
@@ -576,8 +589,58 @@ static zm__file *zm__file_new(const char *path)
     if (file == NULL)
         return NULL;
     file->handle.is_directory = 0;
+    file->inode = 0;
+    file->mode = 0;
     memcpy(file->path, path, size);
     return file;
+}
+
+/* An open file the kernel will not release (its open was never answered)
+ * or has released. */
+static void zm__file_forget(zm__fs *fs, zm__file *file)
+{
+    if (file->mode != 0) {
+        int id = zm__backings_release(fs->backings, file->inode, file->mode);
+        if (id > 0)
+            zm__backing_close(fs->session, id);
+    }
+    zm__handle_remove(fs, &file->handle);
+    free(file);
+}
+
+/* With passthrough asked for: answers the open as the inode's other opens
+ * were, or, the first, from the disk cache's file when it holds this one.
+ * 0 when answered (with passthrough); otherwise the caller answers it
+ * through the page cache (file->mode says whether that was counted). */
+static int zm__open_passthrough(zm__fs *fs, fuse_req_t req, uint64_t inode, zm__file *file)
+{
+    int id;
+    int mode = zm__backings_begin(fs->backings, inode, &id);
+    if (mode == ZM__OPEN_DECIDE) {
+        id = 0;
+        int fd;
+        uint64_t size;
+        zm_err err;
+        zm_err_clear(&err);
+        if (!atomic_load(&fs->backing_refused) &&
+            zm__tree_open_kept(fs->tree, file->path, &fd, &size, &err) == 0) {
+            id = zm__backing_open(fs->session, fd);
+            close(fd);
+            if (id < 0 && atomic_exchange(&fs->backing_refused, 1) == 0)
+                zm__log(LOG_WARNING, "the kernel refused FUSE passthrough (%s): the daemon serves "
+                        "every read", strerror(-id));
+        }
+        mode = id > 0 ? ZM__OPEN_PASSTHROUGH : ZM__OPEN_CACHED;
+        zm__backings_decided(fs->backings, inode, id > 0 ? id : 0);
+    }
+    file->inode = inode;
+    file->mode = mode;
+    if (mode != ZM__OPEN_PASSTHROUGH)
+        return -1;
+    ZM__TRACE(fs, req, "open %s: passthrough (backing %d)", file->path, id);
+    if (zm__reply_open_passthrough(req, (uint64_t)(uintptr_t)file, id) != 0)
+        zm__file_forget(fs, file); /* interrupted: never released */
+    return 0;
 }
 
 static void zm__op_open(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info *fi)
@@ -622,14 +685,14 @@ static void zm__op_open(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info 
     free(path);
     zm__handle_add(fs, &file->handle);
     fi->fh = (uint64_t)(uintptr_t)file;
+    if (fs->passthrough && zm__open_passthrough(fs, req, inode, file) == 0)
+        return;
     fi->keep_cache = 1; /* the pages of an earlier open are still right */
     fi->direct_io = 0;  /* the page cache does readahead and keeps results */
     fi->noflush = 1;    /* close has nothing to flush */
     ZM__TRACE(fs, req, "open %s", file->path);
-    if (fuse_reply_open(req, fi) != 0) {
-        zm__handle_remove(fs, &file->handle);
-        free(file);
-    }
+    if (fuse_reply_open(req, fi) != 0)
+        zm__file_forget(fs, file);
 }
 
 static void zm__op_read(fuse_req_t req, fuse_ino_t inode, size_t size, off_t offset,
@@ -684,8 +747,7 @@ static void zm__op_release(fuse_req_t req, fuse_ino_t inode, struct fuse_file_in
     zm__file *file = (zm__file *)(uintptr_t)fi->fh;
     if (file != NULL) { /* none when the kernel opened without us */
         ZM__TRACE(fs, req, "release %s", file->path);
-        zm__handle_remove(fs, &file->handle);
-        free(file);
+        zm__file_forget(fs, file);
     }
     fuse_reply_err(req, 0);
 }
@@ -1296,6 +1358,32 @@ static void zm__stop_watcher(zm__fs *fs)
     fs->watching = 0;
 }
 
+/* Answers the kernel's INIT, asking for passthrough when it is wanted: on,
+ * or auto and the disk cache already holds files of this source (a
+ * remount), as root (the kernel lends backing files to CAP_SYS_ADMIN
+ * only). 0, or -errno when the session ended. */
+static int zm__handshake(zm__fs *fs, struct fuse_session *session)
+{
+    int mode = fs->config.passthrough;
+    int offer = mode != ZM__PASSTHROUGH_OFF && geteuid() == 0 &&
+                (mode == ZM__PASSTHROUGH_ON || zm__tree_kept_on_disk(fs->tree)) &&
+                zm__backings_create(&fs->backings) == 0;
+    if (mode == ZM__PASSTHROUGH_ON && geteuid() != 0)
+        zm__log(LOG_WARNING, "passthrough=on needs root (the kernel lends backing files to "
+                "CAP_SYS_ADMIN only): the daemon serves every read");
+    /* Read by the init operation, which libfuse calls while answering. */
+    fs->passthrough = offer;
+    int granted = 0;
+    int rc = zm__passthrough_handshake(session, offer, &granted);
+    fs->passthrough = granted;
+    if (offer && !granted && mode == ZM__PASSTHROUGH_ON)
+        zm__log(LOG_WARNING, "passthrough=on: this kernel has no FUSE passthrough (Linux 6.9 or "
+                "later has): the daemon serves every read");
+    if (granted)
+        zm__log(LOG_INFO, "passthrough: files the disk cache holds are read by the kernel from it");
+    return rc;
+}
+
 /* Runs the multi-threaded loop until unmounted (0), stopped by a signal
  * (the signal number) or failed (-errno). */
 static int zm__run_loop(struct fuse_session *session)
@@ -1370,8 +1458,13 @@ static int zm__serve(zm__fs *fs, int report)
     }
     zm__log(LOG_INFO, "serving %s at %s", config->source, config->mountpoint);
 
+    fs->session = session;
+    rc = zm__handshake(fs, session);
     zm__start_watcher(fs, session);
-    rc = zm__run_loop(session);
+    if (rc == 0)
+        rc = zm__run_loop(session);
+    else if (rc == -ENODEV)
+        rc = 0; /* unmounted before INIT */
     zm__stop_watcher(fs);
     status = rc < 0 ? ZM__EXIT_FAILURE : ZM__EXIT_OK;
     if (rc < 0)
@@ -1389,6 +1482,8 @@ done:
     if (mounted)
         zm__log(LOG_INFO, "unmounted %s", config->mountpoint);
     zm__handles_free_all(fs);
+    zm__backings_destroy(fs->backings);
+    fs->backings = NULL;
     if (fs->listing)
         zm__dir_free(fs->listing);
     fs->listing = NULL;

@@ -22,6 +22,7 @@ typedef struct zm__parse {
     char *threads;
     char *ahead_idle;
     char *ahead_rate;
+    char *passthrough;
 } zm__parse;
 
 enum {
@@ -49,6 +50,7 @@ static const struct fuse_opt zm__options[] = {
     ZM__OPTION("threads=%s", threads),
     ZM__OPTION("ahead_idle=%s", ahead_idle),
     ZM__OPTION("ahead_rate=%s", ahead_rate),
+    ZM__OPTION("passthrough=%s", passthrough),
     FUSE_OPT_KEY("-f", ZM__KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", ZM__KEY_DEBUG),
     FUSE_OPT_KEY("debug", ZM__KEY_DEBUG),
@@ -236,6 +238,18 @@ static int zm__check_values(zm__parse *parse, zm_err *err)
                                                      "a number of chunks a second",
                                                      &config->ahead_rate, err)))
         return rc;
+    config->passthrough = ZM__PASSTHROUGH_AUTO;
+    if (parse->passthrough) {
+        if (strcmp(parse->passthrough, "auto") == 0)
+            config->passthrough = ZM__PASSTHROUGH_AUTO;
+        else if (strcmp(parse->passthrough, "on") == 0)
+            config->passthrough = ZM__PASSTHROUGH_ON;
+        else if (strcmp(parse->passthrough, "off") == 0)
+            config->passthrough = ZM__PASSTHROUGH_OFF;
+        else
+            return zm_err_set(err, -EINVAL, "passthrough=%s: give auto, on or off",
+                              parse->passthrough);
+    }
     if (parse->cache_dir && parse->cache_dir[0] == '\0')
         return zm_err_set(err, -EINVAL, "cache_dir= needs a directory (or none)");
     config->codec = parse->codec;
@@ -276,6 +290,7 @@ int zm__fs_config_parse(int argc, char **argv, zm__fs_config *config, zm_err *er
     free(parse.chunk_size);
     free(parse.threads);
     free(parse.ahead_idle);
+    free(parse.passthrough);
     free(parse.ahead_rate);
     return rc;
 }
@@ -392,6 +407,10 @@ void zm__fs_print_help(FILE *out, const char *program)
             "                      priority, first cells first, until no reader has asked\n"
             "                      anything of it for SEC seconds (default 5; 0: off)\n"
             "  -o ahead_rate=N     make at most N chunks a second ahead (default: no limit)\n"
+            "  -o passthrough=WHEN let the kernel read files the disk cache holds straight\n"
+            "                      from it (FUSE passthrough; Linux 6.9+, as root): auto\n"
+            "                      when the disk cache already holds this source's files\n"
+            "                      (default), on, or off\n"
             "  -o allow_other      let every user read the mount; files then carry SOURCE's\n"
             "                      owner and permission bits minus write, enforced by the\n"
             "                      kernel (default_permissions is added); needs\n"

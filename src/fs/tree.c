@@ -58,6 +58,9 @@ typedef struct view_stats {
     uint64_t key_hash; /* of the key: every request finds its view's counters */
     _Atomic uint64_t lookups, opens, listings, reads, bytes_served, refused;
     _Atomic uint64_t chunks_made, documents_made; /* loads of the file cache, by kind */
+    /* Files the kernel read straight from the disk cache (FUSE passthrough):
+     * their opens and their bytes (whether read whole or not). */
+    _Atomic uint64_t passthrough_opens, passthrough_bytes;
     _Atomic uint64_t builds, build_nanoseconds;
     zm_cache_account cache; /* its gets of synthesized files, and what its loads hold */
     zm_source_tally source; /* what making its files read */
@@ -933,6 +936,16 @@ static int kept_on_disk(const zm_view *view, const zm_store_node *node)
            (node->producer == ZM_PRODUCE_CELL_STRINGS && !zm_view_is_identity(view) &&
             node->meta.rank > 0);
 }
+/* The disk cache's key of a chunk: its file key and what else makes its
+ * bytes (the codec and the chunk size, which options change). */
+static void disk_key_of(const zm_tree *t, const char *file_key, char *out, size_t size)
+{
+    char codec[64];
+    zm_codec_format(&t->codec, codec, sizeof codec);
+    snprintf(out, size, "%s|codec=%s|blocksize=%d|chunk=%" PRIu64, file_key, codec, t->codec.blocksize,
+             t->chunk_bytes);
+}
+
 static int make_chunk(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err);
 static void queue_for_disk(zm_tree *t, const char *key, const uint8_t *bytes, size_t size);
 
@@ -973,10 +986,7 @@ static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size
         zm_tree *t = c->tree;
         char disk_key[2048] = "";
         if (t->disk != NULL && kept_on_disk(c->view, w->node)) {
-            char codec[64];
-            zm_codec_format(&t->codec, codec, sizeof codec);
-            snprintf(disk_key, sizeof disk_key, "%s|codec=%s|blocksize=%d|chunk=%" PRIu64, c->key,
-                     codec, t->codec.blocksize, t->chunk_bytes);
+            disk_key_of(t, c->key, disk_key, sizeof disk_key);
             zm_err miss;
             zm_err_clear(&miss);
             int got = zm_disk_get(t->disk, t->disk_space, disk_key, bytes, size, &miss);
@@ -1977,6 +1987,7 @@ static json_t *tally_json(const zm_source_tally *s)
 /* The requests of a view (or outside views, or a total). */
 typedef struct requests {
     uint64_t lookups, opens, listings, reads, bytes_served, refused, chunks_made, documents_made;
+    uint64_t passthrough_opens, passthrough_bytes;
 } requests;
 
 static void add_requests(requests *r, const view_stats *vs)
@@ -1989,15 +2000,19 @@ static void add_requests(requests *r, const view_stats *vs)
     r->refused += vs->refused;
     r->chunks_made += vs->chunks_made;
     r->documents_made += vs->documents_made;
+    r->passthrough_opens += vs->passthrough_opens;
+    r->passthrough_bytes += vs->passthrough_bytes;
 }
 
 static json_t *requests_json(const requests *r)
 {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "lookups", (json_int_t)r->lookups,
-                     "opens", (json_int_t)r->opens, "listings", (json_int_t)r->listings, "reads",
-                     (json_int_t)r->reads, "bytesServed", (json_int_t)r->bytes_served, "refused",
-                     (json_int_t)r->refused, "chunksSynthesized", (json_int_t)r->chunks_made,
-                     "documentsSynthesized", (json_int_t)r->documents_made);
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I}}", "lookups",
+                     (json_int_t)r->lookups, "opens", (json_int_t)r->opens, "listings",
+                     (json_int_t)r->listings, "reads", (json_int_t)r->reads, "bytesServed",
+                     (json_int_t)r->bytes_served, "refused", (json_int_t)r->refused,
+                     "chunksSynthesized", (json_int_t)r->chunks_made, "documentsSynthesized",
+                     (json_int_t)r->documents_made, "passthrough", "opens",
+                     (json_int_t)r->passthrough_opens, "bytes", (json_int_t)r->passthrough_bytes);
 }
 
 static json_t *view_json(zm_tree *t, const view_stats *vs)
@@ -2097,9 +2112,10 @@ static json_t *stats_document(zm_tree *t, uint64_t serial)
     if (t->disk != NULL) {
         zm_disk_stats d;
         zm_disk_get_stats(t->disk, &d);
-        disk = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "hits", (json_int_t)d.hits,
+        disk = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "hits", (json_int_t)d.hits,
                          "misses", (json_int_t)d.misses, "writes", (json_int_t)d.writes,
                          "evictions", (json_int_t)d.evictions, "damaged", (json_int_t)d.damaged,
+                         "migrated", (json_int_t)d.migrated,
                          "bytesHeld", (json_int_t)d.bytes_held, "entries", (json_int_t)d.entries,
                          "capacityBytes", (json_int_t)d.capacity_bytes);
     }
@@ -2358,6 +2374,21 @@ static uint64_t minimum_cells(zm_tree *t, const zm_view_spec *spec)
     return known ? total : 0;
 }
 
+/* A kept chunk's size from its disk cache header, without reading it (its
+ * bytes are checked when they are read: made again, they are the same). */
+static int kept_size(zm_tree *t, zm_view *view, const char *path, const place *w, uint64_t *size)
+{
+    if (t->disk == NULL || w->file != F_CHUNK || !kept_on_disk(view, w->node))
+        return 0;
+    char key_text[1600], disk_key[2048];
+    file_key_text(view, path, w, key_text, sizeof key_text);
+    disk_key_of(t, key_text, disk_key, sizeof disk_key);
+    if (zm_disk_size(t->disk, t->disk_space, disk_key, size) != 0)
+        return 0;
+    size_put(t, path_key(key_text), *size);
+    return 1;
+}
+
 static int lookup_target(zm_tree *t, const char *path, const target *target_in, view_stats *vs,
                          zm_node *node, zm_err *err)
 {
@@ -2393,7 +2424,8 @@ static int lookup_target(zm_tree *t, const char *path, const target *target_in, 
     if (rc == 0 && w.file != F_NONE) {
         node->kind = ZM_NODE_FILE;
         uint64_t size;
-        if (known_size(t, &w, &size) || size_get(t, file_key(view, path, &w), &size)) {
+        if (known_size(t, &w, &size) || size_get(t, file_key(view, path, &w), &size) ||
+            kept_size(t, view, path, &w, &size)) {
             node->size = size;
         } else {
             zm_cache_ref ref;
@@ -2406,6 +2438,50 @@ static int lookup_target(zm_tree *t, const char *path, const target *target_in, 
     }
     view_release(t, view);
     return rc;
+}
+
+int zm__tree_open_kept(zm_tree *t, const char *path, int *fd, uint64_t *size, zm_err *err)
+{
+    *fd = -1;
+    *size = 0;
+    if (t->disk == NULL)
+        return zm_err_set(err, -ENOENT, "%s: no disk cache", path);
+    target tg;
+    int rc = parse_path(t, path, &tg, err);
+    if (rc != 0)
+        return rc;
+    if (tg.kind != T_VIEW)
+        return zm_err_set(err, -ENOENT, "%s: not kept on disk", path);
+    view_stats *vs = stats_of_target(t, &tg);
+    zm_view *view;
+    if ((rc = view_get(t, &tg, &view, 1, err)) != 0)
+        return rc;
+    place w;
+    rc = locate(view, tg.rest, &w, err);
+    if (rc == 0 && (w.file != F_CHUNK || !kept_on_disk(view, w.node)))
+        rc = zm_err_set(err, -ENOENT, "%s: not kept on disk", path);
+    if (rc == 0) {
+        char key_text[1600], disk_key[2048];
+        file_key_text(view, path, &w, key_text, sizeof key_text);
+        disk_key_of(t, key_text, disk_key, sizeof disk_key);
+        rc = zm_disk_open_entry(t->disk, t->disk_space, disk_key, fd, size, err);
+        if (rc == 0) {
+            size_put(t, path_key(key_text), *size);
+            vs->passthrough_opens++;
+            vs->passthrough_bytes += *size;
+        } else if (rc != -ENOENT && atomic_exchange(&t->disk_read_failed, 1) == 0) {
+            zm__log(LOG_WARNING, "the disk cache %s (%s): such entries are never served, but "
+                    "made again from the source", rc == -EBADMSG ? "had a damaged entry"
+                    : "could not be read", err->reason);
+        }
+    }
+    view_release(t, view);
+    return rc;
+}
+
+int zm__tree_kept_on_disk(zm_tree *t)
+{
+    return t->disk != NULL && zm_disk_has_space(t->disk, t->disk_space);
 }
 
 int zm__tree_lookup(zm_tree *t, const char *path, zm_node *node, zm_err *err)
@@ -2451,6 +2527,28 @@ void zm__tree_count_open(zm_tree *t, const char *path)
         stats_of_target(t, &tg)->opens++;
     else
         t->outside.opens++;
+}
+
+/* The size of chunk number `chunk` (named name) of the array at w (a
+ * directory at path), if known without making it; else ZM_SIZE_UNKNOWN. */
+static uint64_t chunk_size_known(zm_tree *t, zm_view *view, const char *path, const place *w,
+                                 const char *name, uint64_t chunk)
+{
+    place c = *w;
+    c.file = F_CHUNK;
+    const zm_store_node *n = w->node;
+    for (int d = (int)n->meta.rank - 1; d >= 0; d--) {
+        c.coords[d] = chunk % n->grid[d];
+        chunk /= n->grid[d];
+    }
+    char full[2048];
+    if ((size_t)snprintf(full, sizeof full, "%s/%s", path, name) >= sizeof full)
+        return ZM_SIZE_UNKNOWN;
+    uint64_t size;
+    if (known_size(t, &c, &size) || size_get(t, file_key(view, full, &c), &size) ||
+        kept_size(t, view, full, &c, &size))
+        return size;
+    return ZM_SIZE_UNKNOWN;
 }
 
 static int emit_name(zm__tree_emit emit, void *context, const char *name, zm_node_kind kind,
@@ -2612,9 +2710,16 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
         dirs = calloc(count + 1, sizeof *dirs);
         for (size_t i = files_end; i < count && !n->is_array; i++)
             dirs[i] = 1;
-        for (size_t i = 0; rc == 0 && i < count; i++)
+        for (size_t i = 0; rc == 0 && i < count; i++) {
+            /* A chunk's size when it is known without making it (made
+             * before, or kept on disk): the listing then carries the
+             * attributes, and the kernel looks up none of them. */
+            uint64_t size = ZM_SIZE_UNKNOWN;
+            if (n->is_array && i >= files_end)
+                size = chunk_size_known(t, view, path, &w, names[i], i - files_end);
             rc = emit_name(emit, context, names[i], dirs[i] ? ZM_NODE_DIRECTORY : ZM_NODE_FILE,
-                           dirs[i] ? 0 : ZM_SIZE_UNKNOWN);
+                           dirs[i] ? 0 : size);
+        }
         for (size_t i = 0; i < count; i++)
             free(names[i]);
         free(names);

@@ -112,6 +112,17 @@ void zm__tree_release_snapshot(zm_tree *tree, uint64_t snapshot);
  * listings and reads itself; opens reach only the FUSE layer). */
 void zm__tree_count_open(zm_tree *tree, const char *path);
 
+/* A file the disk cache holds (a chunk of a walked view), for the kernel to
+ * read straight from the cache's own file: *fd a read-only descriptor of
+ * exactly its bytes (*size), checked against their hash just now; the
+ * caller closes it. Counted as a passthrough open of its view. -ENOENT when
+ * path is no such file or its entry is not there (the daemon serves it);
+ * a damaged entry is removed (and logged once) and reported -EBADMSG. */
+int zm__tree_open_kept(zm_tree *tree, const char *path, int *fd, uint64_t *size, zm_err *err);
+
+/* Whether the disk cache holds files of this source (a remount). */
+int zm__tree_kept_on_disk(zm_tree *tree);
+
 /* The target of a link. */
 int zm__tree_readlink(zm_tree *tree, const char *path, char *target, size_t size, zm_err *err);
 

@@ -28,7 +28,14 @@
  * checked like the real one: a changed size or mtime fails open with EIO.
  * With ZM_MOCK_STATS set to a file name, the most slow reads ever in
  * flight at once is written there, to show requests are served in
- * parallel without timing anything. */
+ * parallel without timing anything.
+ *
+ * The disk cache, as far as FUSE passthrough sees it: with cache_dir= a
+ * directory, the pattern files (big.bin and the chunks of full/X) are "kept on disk":
+ * zm__tree_open_kept writes the file's bytes to CACHE_DIR/kept-<name> and
+ * lends it, and every open_kept and read is appended to CACHE_DIR/log
+ * ("kept PATH", "read PATH"), so a test sees which reads reached the
+ * daemon. */
 #include "fs/tree.h"
 
 #include <errno.h>
@@ -105,6 +112,7 @@ struct zm_tree {
     pid_t opened_by;
     char *options_text;
     size_t options_size;
+    char *cache_dir; /* NULL: no disk cache */
     pthread_t helper;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -264,6 +272,8 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     }
     tree->source_stat = st;
     tree->opened_by = getpid();
+    if (options->cache_dir != NULL && strcmp(options->cache_dir, "none") != 0)
+        tree->cache_dir = strdup(options->cache_dir);
     pthread_mutex_init(&tree->lock, NULL);
     pthread_cond_init(&tree->wake, NULL);
     if (pthread_create(&tree->helper, NULL, mock_helper, tree) != 0) {
@@ -305,6 +315,7 @@ void zm__tree_close(zm_tree *tree)
     pthread_cond_destroy(&tree->wake);
     pthread_mutex_destroy(&tree->lock);
     free(tree->options_text);
+    free(tree->cache_dir);
     free(tree->source);
     free(tree);
 }
@@ -376,6 +387,21 @@ int zm__tree_list(zm_tree *tree, const char *path, zm__tree_emit emit, void *con
     return 0;
 }
 
+static void mock_log(zm_tree *tree, const char *what, const char *path)
+{
+    if (tree->cache_dir == NULL)
+        return;
+    char name[4096];
+    snprintf(name, sizeof name, "%s/log", tree->cache_dir);
+    pthread_mutex_lock(&tree->lock);
+    FILE *f = fopen(name, "a");
+    if (f != NULL) {
+        fprintf(f, "%s %s\n", what, path);
+        fclose(f);
+    }
+    pthread_mutex_unlock(&tree->lock);
+}
+
 int zm__tree_read(zm_tree *tree, const char *path, uint64_t offset, size_t size, void *buffer,
                   size_t *done, zm_err *err)
 {
@@ -390,6 +416,7 @@ int zm__tree_read(zm_tree *tree, const char *path, uint64_t offset, size_t size,
         return zm_err_set(err, -EIO, "mock: cannot make %s (chunk could not be read)", path);
     if (entry.flags & MOCK_SLEEPS)
         mock_slow_read();
+    mock_log(tree, "read", path);
     uint64_t total = mock_size(tree, &entry);
     if (offset >= total)
         return 0;
@@ -404,6 +431,39 @@ int zm__tree_read(zm_tree *tree, const char *path, uint64_t offset, size_t size,
     }
     *done = count;
     return 0;
+}
+
+int zm__tree_open_kept(zm_tree *tree, const char *path, int *fd, uint64_t *size, zm_err *err)
+{
+    *fd = -1;
+    *size = 0;
+    mock_entry entry;
+    if (tree->cache_dir == NULL || !mock_find(path, &entry) || entry.kind != ZM_NODE_FILE ||
+        entry.content != MOCK_PATTERN || (entry.flags & MOCK_READ_FAILS))
+        return zm_err_set(err, -ENOENT, "%s: not kept on disk (mock)", path);
+    char name[4096];
+    int at = snprintf(name, sizeof name, "%s/kept-", tree->cache_dir);
+    for (const char *p = path; *p && at < (int)sizeof name - 1; p++)
+        name[at++] = *p == '/' ? '_' : *p;
+    name[at] = '\0';
+    uint64_t total = mock_size(tree, &entry);
+    FILE *f = fopen(name, "w");
+    if (f == NULL)
+        return zm_err_set(err, -errno, "%s: %s", name, strerror(errno));
+    for (uint64_t i = 0; i < total; i++)
+        fputc(mock_pattern_byte(entry.seed, i), f);
+    fclose(f);
+    *fd = open(name, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0)
+        return zm_err_set(err, -errno, "%s: %s", name, strerror(errno));
+    *size = total;
+    mock_log(tree, "kept", path);
+    return 0;
+}
+
+int zm__tree_kept_on_disk(zm_tree *tree)
+{
+    return tree->cache_dir != NULL;
 }
 
 int zm__tree_readlink(zm_tree *tree, const char *path, char *target, size_t size, zm_err *err)

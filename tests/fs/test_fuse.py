@@ -13,6 +13,7 @@ daemons (the kernel then fails every waiting request) and lazily unmounts,
 and the end of the run unmounts anything left.
 """
 import errno
+import mmap
 import os
 import shutil
 import signal
@@ -607,6 +608,7 @@ def test_refusals():
         ("an unknown codec", ["-o", "codec=bogus"], SOURCE, None, True, "codec 'bogus'"),
         ("an unknown codec, in the background", ["-o", "codec=bogus"], SOURCE, None, False, "codec 'bogus'"),
         ("an empty codec", ["-o", "codec="], SOURCE, None, True, "codec="),
+        ("a bad passthrough", ["-o", "passthrough=sometimes"], SOURCE, None, True, "passthrough=sometimes: give auto, on or off"),
         ("a bad cache size", ["-o", "cache_size=lots"], SOURCE, None, True, "cache_size=lots"),
         ("a zero chunk size", ["-o", "chunk_size=0"], SOURCE, None, True, "chunk_size=0"),
         ("a bad size suffix", ["-o", "chunk_size=12Q"], SOURCE, None, True, "chunk_size=12Q"),
@@ -745,6 +747,88 @@ def test_mount_helper():
           done.returncode == 0 and wait_until(lambda: not daemon_pids(mount.mountpoint)) and not mount.is_mounted())
 
 
+def mock_log(cache):
+    """What the mock tree did with the disk cache: ("kept"|"read", path) pairs."""
+    try:
+        with open(os.path.join(cache, "log")) as f:
+            return [tuple(line.split(" ", 1)) for line in f.read().splitlines()]
+    except FileNotFoundError:
+        return []
+
+
+def test_passthrough():
+    """Files the disk cache holds are read by the kernel from the cache's own
+    file (FUSE passthrough): the right bytes, by read and mmap, with no read
+    reaching the daemon; every open of a file while it is open uses the same
+    backing file; other files are served as before; off turns it off."""
+    cache = tempfile.mkdtemp(dir=WORK, prefix="cache-")
+    mount = Mount("-o", f"cache_dir={cache},passthrough=on")
+    if not check("passthrough=on: mounts", mount.mounted, mount.log()):
+        return
+    log = mount.log()
+    if "no FUSE passthrough" in log:
+        check("passthrough # SKIP this kernel has no FUSE passthrough (Linux 6.9+)", True)
+        return
+    check("passthrough=on: asked for at INIT", "passthrough: files the disk cache holds" in log, log)
+    kept = ["big.bin", "full/X/0.0", "full/X/0.1", "full/X/1.0"]
+    check("passthrough: kept files read right", all(read_all(mount.path(p), 1 << 16) == FILES[p] for p in kept))
+    check("passthrough: sizes right", all(os.stat(mount.path(p)).st_size == len(FILES[p]) for p in kept))
+    check("passthrough: other files still served by the daemon", read_all(mount.path("README")) == FILES["README"]
+          and ("read", "README") in mock_log(cache))
+    done = mock_log(cache)
+    check("passthrough: each kept file lent by the disk cache", all(("kept", p) in done for p in kept), str(done))
+    check("passthrough: no read of a kept file reached the daemon",
+          not [p for what, p in done if what == "read" and p in kept], str(done))
+    # One backing file while the file stays open, whatever opens it meanwhile.
+    before = len(mock_log(cache))
+    first = os.open(mount.path("big.bin"), os.O_RDONLY)
+    try:
+        second = read_all(mount.path("big.bin"), 1 << 20)
+        third = os.open(mount.path("big.bin"), os.O_RDONLY)
+        with open(third, "rb", closefd=True) as f:
+            with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mapped:
+                by_map = bytes(mapped)
+        by_first = os.pread(first, 3 << 20, 0)
+    finally:
+        os.close(first)
+    lent = [p for what, p in mock_log(cache)[before:] if what == "kept"]
+    check("passthrough: concurrent opens read right (read, pread, mmap)",
+          second == FILES["big.bin"] and by_map == FILES["big.bin"] and by_first == FILES["big.bin"])
+    check("passthrough: opens while open reuse one backing file", lent == ["big.bin"], str(lent))
+    # Racing opens and closes of the same files from many threads: every
+    # open is answered as the others still open were (else the kernel
+    # fails it with EIO).
+    def churn(path):
+        return all(read_all(mount.path(path), 4096) == FILES[path] for _ in range(40))
+    outcomes, finished = in_threads([lambda p=p: churn(p) for p in kept * 4])
+    check("passthrough: 16 threads opening and reading kept files", finished and all(o is True for o in outcomes),
+          str(outcomes))
+    mount.stop()
+    # Off: the daemon serves every read, and nothing is lent.
+    cache = tempfile.mkdtemp(dir=WORK, prefix="cache-")
+    mount = Mount("-o", f"cache_dir={cache},passthrough=off")
+    if check("passthrough=off: mounts", mount.mounted, mount.log()):
+        check("passthrough=off: reads right", all(read_all(mount.path(p)) == FILES[p] for p in kept))
+        done = mock_log(cache)
+        check("passthrough=off: nothing lent, every read by the daemon",
+              not [p for what, p in done if what == "kept"] and ("read", "big.bin") in done, str(done))
+    mount.stop()
+    # auto: the (mock) disk cache holds files of the source, so it is asked for.
+    cache = tempfile.mkdtemp(dir=WORK, prefix="cache-")
+    mount = Mount("-o", f"cache_dir={cache}")
+    if check("passthrough=auto: mounts", mount.mounted, mount.log()):
+        check("passthrough=auto: asked for when the disk cache holds the source's files",
+              "passthrough: files the disk cache holds" in mount.log(), mount.log())
+        check("passthrough=auto: reads right", read_all(mount.path("full/X/0.1")) == FILES["full/X/0.1"])
+    mount.stop()
+    # No disk cache: not asked for (no open answered needlessly).
+    mount = Mount()
+    if check("no disk cache: mounts", mount.mounted, mount.log()):
+        check("no disk cache: passthrough not asked for", "passthrough" not in mount.log(), mount.log())
+        check("no disk cache: reads right", read_all(mount.path("big.bin")) == FILES["big.bin"])
+
+
+
 def test_no_sanitizer_reports():
     reports = [name for name in os.listdir(WORK) if name.startswith("sanitizer")]
     logs = [name for name in os.listdir(WORK) if name.endswith(".log")]
@@ -775,7 +859,8 @@ def main():
                            ("concurrency", test_concurrency), ("sigterm", test_sigterm_while_reading),
                            ("sigint-fusermount", test_sigint_and_fusermount), ("daemon", test_daemon),
                            ("refusals", test_refusals), ("options", test_options),
-                           ("allow_other", test_allow_other), ("mount.fuse3", test_mount_helper)]:
+                           ("allow_other", test_allow_other), ("mount.fuse3", test_mount_helper),
+                           ("passthrough", test_passthrough)]:
             run(name, test)
         test_no_sanitizer_reports()
     finally:

@@ -462,21 +462,25 @@ def disk_faults(scratch):
         digests(m.path(view))
     entries = sorted(p for p in files_of(cache) if p.endswith(".entry"))
     check("disk cache corrupted: entries were filed", len(entries) >= 8, str(len(entries)))
-    for i, path in enumerate(entries):
+    # Each entry is a header and a payload: every other entry has its header
+    # damaged, the others their payload (what the kernel would serve).
+    payloads = {os.path.basename(p)[:16]: p for p in files_of(cache) if p.endswith(".data")}
+    for i, entry in enumerate(entries):
+        path = entry if (i // 4) % 2 == 0 else payloads.get(os.path.basename(entry)[:16], entry)
         size = os.path.getsize(path)
-        if i % 4 == 0:
+        if i % 4 == 0 and size > 0:
             with open(path, "r+b") as f:
                 f.seek(size // 2)
                 b = f.read(1)
                 f.seek(size // 2)
                 f.write(bytes([b[0] ^ 1]))
-        elif i % 4 == 1:
-            os.truncate(path, size // 2)
+        elif i % 4 == 1 or (i % 4 == 0 and size == 0):
+            os.truncate(path, size // 2) if size > 1 else open(path, "ab").write(b"x")
         elif i % 4 == 2:
-            os.truncate(path, 0)
+            os.truncate(path, 0) if size > 0 else open(path, "ab").write(b"x")
         else:
             with open(path, "wb") as f:
-                f.write(os.urandom(size))
+                f.write(os.urandom(max(size, 1)))
     with open(os.path.join(os.path.dirname(entries[0]), "garbage.entry"), "wb") as f:
         f.write(b"ZMCACHE\0" + os.urandom(100))
     with mounted(source, f"cache_dir={cache}", SMALL) as m:

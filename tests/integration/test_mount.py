@@ -305,8 +305,14 @@ def disk_cache():
         check("disk cache: a remount serves the same bytes", again == first)
         check("disk cache: ... reading fewer source chunks", read_again < read_first and stats["diskCache"]["hits"] > 10,
               f"{read_again} vs {read_first}; {stats['diskCache']}")
-        # Damage every entry: each is found out, removed and rebuilt.
-        for path in entries:
+        # Damage every entry's bytes (its payload, what the kernel would
+        # serve): each is found out, removed and rebuilt.
+        payloads = [f for f in files_under(cache) if f.endswith(".data")]
+        check("disk cache: each entry's bytes are a file of their own", len(payloads) == len(entries),
+              f"{len(payloads)} payloads, {len(entries)} entries")
+        for path in payloads:
+            if os.path.getsize(path) == 0:
+                continue
             with open(path, "r+b") as f:
                 f.seek(-1, os.SEEK_END)
                 last = f.read(1)
@@ -323,13 +329,13 @@ def disk_cache():
         shutil.copy(source, copy)
         with mounted(copy, *options) as point:
             tree_digest(os.path.join(point, view))
-        spaces = set(os.listdir(os.path.join(cache, "v1")))
+        spaces = set(os.listdir(os.path.join(cache, "v2")))
         os.utime(copy, (1, 1))
         with mounted(copy, *options) as point:
             changed = tree_digest(os.path.join(point, view))
             hits = stats_of(point)["diskCache"]["hits"]
         check("disk cache: a changed source never reuses the old entries",
-              changed == first and hits == 0 and len(set(os.listdir(os.path.join(cache, "v1")))) == len(spaces) + 1,
+              changed == first and hits == 0 and len(set(os.listdir(os.path.join(cache, "v2")))) == len(spaces) + 1,
               f"hits {hits}")
         # The bound holds.
         small = os.path.join(scratch, "small")

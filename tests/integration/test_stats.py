@@ -279,10 +279,12 @@ def check_file_view(path, h5, label):
 def check_walk(path, h5, label):
     """A subsample: its per-cell arrays are walked (gathered whole in one
     pass) at their first chunk. codec=none: no chunk is encoded ahead, so
-    exactly the chunks read are made."""
+    exactly the chunks read are made. passthrough=off: every read reaches
+    the daemon (with it, a chunk an earlier mount kept on disk is read by the
+    kernel from there)."""
     column = a_column(h5)
     key = "uniform/seed0/k=30"
-    with mounted(path, f"chunk_size={CHUNK_BYTES}", "codec=none", "ahead_idle=0") as point:
+    with mounted(path, f"chunk_size={CHUNK_BYTES}", "codec=none", "ahead_idle=0", "passthrough=off") as point:
         root = os.path.join(point, key)
         os.listdir(root)
         read_file(os.path.join(root, ".zmetadata"))
