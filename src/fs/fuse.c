@@ -32,6 +32,7 @@
 #include "fs/log.h"
 #include "fs/options.h"
 #include "fs/passthrough.h"
+#include "fs/push.h"
 #include "fs/tree.h"
 
 #ifndef ZM_VERSION
@@ -96,6 +97,9 @@ typedef struct zm__fs {
     int passthrough;
     atomic_int backing_refused;
     zm__backings *backings;
+    /* Without passthrough, with a disk cache: listed files it holds are
+     * pushed into the kernel's page cache (fs/push.h). */
+    zm__pusher *pusher;
     pthread_mutex_t listing_lock;
     struct zm__dir *listing;
     /* The source watcher: a change drops every page the kernel keeps. */
@@ -612,7 +616,7 @@ static void zm__file_forget(zm__fs *fs, zm__file *file)
  * were, or, the first, from the disk cache's file when it holds this one.
  * 0 when answered (with passthrough); otherwise the caller answers it
  * through the page cache (file->mode says whether that was counted). */
-static int zm__open_passthrough(zm__fs *fs, fuse_req_t req, uint64_t inode, zm__file *file)
+static int zm__open_passthrough(zm__fs *fs, fuse_req_t req, uint64_t inode, int flags, zm__file *file)
 {
     int id;
     int mode = zm__backings_begin(fs->backings, inode, &id);
@@ -622,7 +626,10 @@ static int zm__open_passthrough(zm__fs *fs, fuse_req_t req, uint64_t inode, zm__
         uint64_t size;
         zm_err err;
         zm_err_clear(&err);
-        if (!atomic_load(&fs->backing_refused) &&
+        /* O_DIRECT through a backing file would take the alignment rules of
+         * the file system underneath: such an open (the first) goes through
+         * the daemon, which has none. */
+        if (!atomic_load(&fs->backing_refused) && !(flags & O_DIRECT) &&
             zm__tree_open_kept(fs->tree, file->path, &fd, &size, &err) == 0) {
             id = zm__backing_open(fs->session, fd);
             close(fd);
@@ -685,7 +692,7 @@ static void zm__op_open(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info 
     free(path);
     zm__handle_add(fs, &file->handle);
     fi->fh = (uint64_t)(uintptr_t)file;
-    if (fs->passthrough && zm__open_passthrough(fs, req, inode, file) == 0)
+    if (fs->passthrough && zm__open_passthrough(fs, req, inode, fi->flags, file) == 0)
         return;
     fi->keep_cache = 1; /* the pages of an earlier open are still right */
     fi->direct_io = 0;  /* the page cache does readahead and keeps results */
@@ -701,6 +708,8 @@ static void zm__op_read(fuse_req_t req, fuse_ino_t inode, size_t size, off_t off
     zm__fs *fs = zm__fs_of(req);
     char *owned = NULL; /* the path, when the kernel opened without us */
     const char *path;
+    if (offset == 0)
+        zm__pusher_read(fs->pusher, inode); /* a walking reader's next file: push ahead */
     if (fi->fh != 0) {
         path = ((const zm__file *)(uintptr_t)fi->fh)->path;
     } else {
@@ -985,6 +994,8 @@ static void zm__readdir(fuse_req_t req, fuse_ino_t inode, size_t size, off_t off
         if (fuse_reply_buf(req, buffer, used) != 0)
             for (size_t i = 0; i < count; i++)
                 zm__forget(fs, looked_up[i], 1);
+        else if (plus)
+            zm__pusher_listed(fs->pusher, dir->inode, offset, looked_up, count);
     }
     free(looked_up);
     free(buffer);
@@ -1358,6 +1369,16 @@ static void zm__stop_watcher(zm__fs *fs)
     fs->watching = 0;
 }
 
+/* How far ahead of a walking reader kept files are pushed: an eighth of
+ * the memory cache, at most 64 MiB (a window is one round trip; more only
+ * costs memory the reader may not want). */
+static uint64_t zm__push_window(const zm__fs_config *config)
+{
+    uint64_t cache = config->cache_bytes ? config->cache_bytes : ((uint64_t)1 << 30);
+    uint64_t window = cache / 8;
+    return window < ((uint64_t)64 << 20) ? window : ((uint64_t)64 << 20);
+}
+
 /* Answers the kernel's INIT, asking for passthrough when it is wanted: on,
  * or auto and the disk cache already holds files of this source (a
  * remount), as root (the kernel lends backing files to CAP_SYS_ADMIN
@@ -1461,10 +1482,21 @@ static int zm__serve(zm__fs *fs, int report)
     fs->session = session;
     rc = zm__handshake(fs, session);
     zm__start_watcher(fs, session);
+    /* Without passthrough, a remount pushes kept files ahead of walking
+     * readers. (A first mount has none when a walk lists a directory, and
+     * what it makes is in memory.) */
+    if (rc == 0 && !fs->passthrough && zm__tree_kept_on_disk(fs->tree) &&
+        zm__pusher_start(session, fs->tree, fs->inodes, zm__push_window(config), &fs->pusher) != 0)
+        zm__log(LOG_WARNING, "cannot start pushing kept files into the page cache: they are read "
+                "as usual");
+    if (fs->passthrough || fs->pusher != NULL)
+        zm__tree_kernel_reads_kept(fs->tree);
     if (rc == 0)
         rc = zm__run_loop(session);
     else if (rc == -ENODEV)
         rc = 0; /* unmounted before INIT */
+    zm__pusher_stop(fs->pusher);
+    fs->pusher = NULL;
     zm__stop_watcher(fs);
     status = rc < 0 ? ZM__EXIT_FAILURE : ZM__EXIT_OK;
     if (rc < 0)

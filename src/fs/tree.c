@@ -61,6 +61,9 @@ typedef struct view_stats {
     /* Files the kernel read straight from the disk cache (FUSE passthrough):
      * their opens and their bytes (whether read whole or not). */
     _Atomic uint64_t passthrough_opens, passthrough_bytes;
+    /* Files written into the kernel's page cache from the disk cache after a
+     * listing (fs/push.h), and their bytes. */
+    _Atomic uint64_t pushed_files, pushed_bytes;
     _Atomic uint64_t builds, build_nanoseconds;
     zm_cache_account cache; /* its gets of synthesized files, and what its loads hold */
     zm_source_tally source; /* what making its files read */
@@ -112,6 +115,9 @@ struct zm_tree {
     char disk_space[160];
     _Atomic int disk_failed; /* a write failed: said once in the log */
     _Atomic int disk_read_failed; /* an entry was damaged or unreadable: said once */
+    /* Chunks the disk cache holds reach readers by the kernel (passthrough,
+     * or pushed into its page cache): nothing makes them ahead in memory. */
+    _Atomic int kernel_reads_kept;
     /* Entries go to disk from a queue, by a thread that runs only when a
      * core is idle: a walk is never slowed by filing what it made. */
     pthread_mutex_t disk_mutex;
@@ -1222,6 +1228,21 @@ static int file_in_cache(zm_tree *t, zm_view *view, view_stats *vs, const char *
     return rc;
 }
 
+/* A kept chunk's size from its disk cache header, without reading it (its
+ * bytes are checked when they are read: made again, they are the same). */
+static int kept_size(zm_tree *t, zm_view *view, const char *path, const place *w, uint64_t *size)
+{
+    if (t->disk == NULL || w->file != F_CHUNK || !kept_on_disk(view, w->node))
+        return 0;
+    char key_text[1600], disk_key[2048];
+    file_key_text(view, path, w, key_text, sizeof key_text);
+    disk_key_of(t, key_text, disk_key, sizeof disk_key);
+    if (zm_disk_size(t->disk, t->disk_space, disk_key, size) != 0)
+        return 0;
+    size_put(t, path_key(key_text), *size);
+    return 1;
+}
+
 /* ---- Encoding ahead --------------------------------------------------------------- */
 
 /* Once a walked array's values are gathered (one pass over the source), its
@@ -1381,6 +1402,11 @@ static void *encode_ahead(void *context)
             place w;
             char path[1400];
             chunk_place(a->key, a->store_path, a->node, c, &w, path, sizeof path);
+            uint64_t kept;
+            if (t->kernel_reads_kept && kept_size(t, view, path, &w, &kept)) {
+                a->done++; /* the kernel reads it from the disk cache */
+                continue;
+            }
             zm_cache_ref ref;
             if (file_in_cache(t, view, a->stats, path, &w, &ref, &err) != 0)
                 break;
@@ -1536,7 +1562,8 @@ static int with_file(zm_tree *t, zm_view *view, view_stats *vs, const char *full
     ahead_raise(vs, w->node);
     int rc = file_in_cache(t, view, vs, full_path, w, ref, err);
     if (rc == 0 && key[0] &&
-        (zm_synth_walk_started(w->node) || (t->disk != NULL && kept_on_disk(view, w->node))))
+        (zm_synth_walk_started(w->node) ||
+         (t->disk != NULL && !t->kernel_reads_kept && kept_on_disk(view, w->node))))
         start_ahead(t, view, key, w);
     return rc;
 }
@@ -1707,6 +1734,9 @@ static int ahead_run(zm_tree *t, view_stats *vs, zm_view *view)
             set_idle_priority(1);
             vs->ahead_background = 1;
         }
+        uint64_t kept;
+        if (t->kernel_reads_kept && kept_size(t, view, path, &w, &kept))
+            continue; /* the kernel reads it from the disk cache */
         vs->ahead_node = a->node;
         zm_cache_ref ref;
         zm_err err;
@@ -1987,7 +2017,7 @@ static json_t *tally_json(const zm_source_tally *s)
 /* The requests of a view (or outside views, or a total). */
 typedef struct requests {
     uint64_t lookups, opens, listings, reads, bytes_served, refused, chunks_made, documents_made;
-    uint64_t passthrough_opens, passthrough_bytes;
+    uint64_t passthrough_opens, passthrough_bytes, pushed_files, pushed_bytes;
 } requests;
 
 static void add_requests(requests *r, const view_stats *vs)
@@ -2002,17 +2032,20 @@ static void add_requests(requests *r, const view_stats *vs)
     r->documents_made += vs->documents_made;
     r->passthrough_opens += vs->passthrough_opens;
     r->passthrough_bytes += vs->passthrough_bytes;
+    r->pushed_files += vs->pushed_files;
+    r->pushed_bytes += vs->pushed_bytes;
 }
 
 static json_t *requests_json(const requests *r)
 {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I}}", "lookups",
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I}, s:{s:I, s:I}}", "lookups",
                      (json_int_t)r->lookups, "opens", (json_int_t)r->opens, "listings",
                      (json_int_t)r->listings, "reads", (json_int_t)r->reads, "bytesServed",
                      (json_int_t)r->bytes_served, "refused", (json_int_t)r->refused,
                      "chunksSynthesized", (json_int_t)r->chunks_made, "documentsSynthesized",
                      (json_int_t)r->documents_made, "passthrough", "opens",
-                     (json_int_t)r->passthrough_opens, "bytes", (json_int_t)r->passthrough_bytes);
+                     (json_int_t)r->passthrough_opens, "bytes", (json_int_t)r->passthrough_bytes,
+                     "pushed", "files", (json_int_t)r->pushed_files, "bytes", (json_int_t)r->pushed_bytes);
 }
 
 static json_t *view_json(zm_tree *t, const view_stats *vs)
@@ -2374,21 +2407,6 @@ static uint64_t minimum_cells(zm_tree *t, const zm_view_spec *spec)
     return known ? total : 0;
 }
 
-/* A kept chunk's size from its disk cache header, without reading it (its
- * bytes are checked when they are read: made again, they are the same). */
-static int kept_size(zm_tree *t, zm_view *view, const char *path, const place *w, uint64_t *size)
-{
-    if (t->disk == NULL || w->file != F_CHUNK || !kept_on_disk(view, w->node))
-        return 0;
-    char key_text[1600], disk_key[2048];
-    file_key_text(view, path, w, key_text, sizeof key_text);
-    disk_key_of(t, key_text, disk_key, sizeof disk_key);
-    if (zm_disk_size(t->disk, t->disk_space, disk_key, size) != 0)
-        return 0;
-    size_put(t, path_key(key_text), *size);
-    return 1;
-}
-
 static int lookup_target(zm_tree *t, const char *path, const target *target_in, view_stats *vs,
                          zm_node *node, zm_err *err)
 {
@@ -2440,10 +2458,12 @@ static int lookup_target(zm_tree *t, const char *path, const target *target_in, 
     return rc;
 }
 
-int zm__tree_open_kept(zm_tree *t, const char *path, int *fd, uint64_t *size, zm_err *err)
+/* A file the disk cache holds: its view (held: the caller releases it), the
+ * view's counters, its file key (for its size) and its disk key; or
+ * -ENOENT. */
+static int kept_entry(zm_tree *t, const char *path, zm_view **view_out, view_stats **vs_out,
+                      uint64_t *file_key_out, char *disk_key, size_t key_size, zm_err *err)
 {
-    *fd = -1;
-    *size = 0;
     if (t->disk == NULL)
         return zm_err_set(err, -ENOENT, "%s: no disk cache", path);
     target tg;
@@ -2452,7 +2472,6 @@ int zm__tree_open_kept(zm_tree *t, const char *path, int *fd, uint64_t *size, zm
         return rc;
     if (tg.kind != T_VIEW)
         return zm_err_set(err, -ENOENT, "%s: not kept on disk", path);
-    view_stats *vs = stats_of_target(t, &tg);
     zm_view *view;
     if ((rc = view_get(t, &tg, &view, 1, err)) != 0)
         return rc;
@@ -2460,23 +2479,75 @@ int zm__tree_open_kept(zm_tree *t, const char *path, int *fd, uint64_t *size, zm
     rc = locate(view, tg.rest, &w, err);
     if (rc == 0 && (w.file != F_CHUNK || !kept_on_disk(view, w.node)))
         rc = zm_err_set(err, -ENOENT, "%s: not kept on disk", path);
-    if (rc == 0) {
-        char key_text[1600], disk_key[2048];
-        file_key_text(view, path, &w, key_text, sizeof key_text);
-        disk_key_of(t, key_text, disk_key, sizeof disk_key);
-        rc = zm_disk_open_entry(t->disk, t->disk_space, disk_key, fd, size, err);
-        if (rc == 0) {
-            size_put(t, path_key(key_text), *size);
-            vs->passthrough_opens++;
-            vs->passthrough_bytes += *size;
-        } else if (rc != -ENOENT && atomic_exchange(&t->disk_read_failed, 1) == 0) {
-            zm__log(LOG_WARNING, "the disk cache %s (%s): such entries are never served, but "
-                    "made again from the source", rc == -EBADMSG ? "had a damaged entry"
-                    : "could not be read", err->reason);
-        }
+    if (rc != 0) {
+        view_release(t, view);
+        return rc;
     }
+    char key_text[1600];
+    file_key_text(view, path, &w, key_text, sizeof key_text);
+    disk_key_of(t, key_text, disk_key, key_size);
+    *file_key_out = path_key(key_text);
+    *view_out = view;
+    *vs_out = stats_of_target(t, &tg);
+    return 0;
+}
+
+/* A damaged or unreadable entry, said once in the log. */
+static void kept_failed(zm_tree *t, int rc, const zm_err *err)
+{
+    if (rc != 0 && rc != -ENOENT && atomic_exchange(&t->disk_read_failed, 1) == 0)
+        zm__log(LOG_WARNING, "the disk cache %s (%s): such entries are never served, but made again "
+                "from the source", rc == -EBADMSG ? "had a damaged entry" : "could not be read",
+                err->reason);
+}
+
+int zm__tree_open_kept(zm_tree *t, const char *path, int *fd, uint64_t *size, zm_err *err)
+{
+    *fd = -1;
+    *size = 0;
+    zm_view *view;
+    view_stats *vs;
+    char disk_key[2048];
+    uint64_t file_key;
+    int rc = kept_entry(t, path, &view, &vs, &file_key, disk_key, sizeof disk_key, err);
+    if (rc != 0)
+        return rc;
+    rc = zm_disk_open_entry(t->disk, t->disk_space, disk_key, fd, size, err);
+    if (rc == 0) {
+        size_put(t, file_key, *size);
+        vs->passthrough_opens++;
+        vs->passthrough_bytes += *size;
+    }
+    kept_failed(t, rc, err);
     view_release(t, view);
     return rc;
+}
+
+int zm__tree_read_kept(zm_tree *t, const char *path, uint8_t **bytes, size_t *size, zm_err *err)
+{
+    *bytes = NULL;
+    *size = 0;
+    zm_view *view;
+    view_stats *vs;
+    char disk_key[2048];
+    uint64_t file_key;
+    int rc = kept_entry(t, path, &view, &vs, &file_key, disk_key, sizeof disk_key, err);
+    if (rc != 0)
+        return rc;
+    rc = zm_disk_get(t->disk, t->disk_space, disk_key, bytes, size, err);
+    if (rc == 0) {
+        size_put(t, file_key, *size);
+        vs->pushed_files++;
+        vs->pushed_bytes += *size;
+    }
+    kept_failed(t, rc, err);
+    view_release(t, view);
+    return rc;
+}
+
+void zm__tree_kernel_reads_kept(zm_tree *t)
+{
+    t->kernel_reads_kept = 1;
 }
 
 int zm__tree_kept_on_disk(zm_tree *t)

@@ -114,14 +114,24 @@ void zm__tree_count_open(zm_tree *tree, const char *path);
 
 /* A file the disk cache holds (a chunk of a walked view), for the kernel to
  * read straight from the cache's own file: *fd a read-only descriptor of
- * exactly its bytes (*size), checked against their hash just now; the
- * caller closes it. Counted as a passthrough open of its view. -ENOENT when
+ * exactly its bytes (*size), checked against their hash (or unchanged since
+ * it was); the caller closes it. Counted as a passthrough open of its view. -ENOENT when
  * path is no such file or its entry is not there (the daemon serves it);
  * a damaged entry is removed (and logged once) and reported -EBADMSG. */
 int zm__tree_open_kept(zm_tree *tree, const char *path, int *fd, uint64_t *size, zm_err *err);
 
+/* The bytes of a file the disk cache holds, checked against their hash:
+ * *bytes (malloc'd) and *size. Counted as a push of its view (fs/push.h).
+ * Errors as zm__tree_open_kept. */
+int zm__tree_read_kept(zm_tree *tree, const char *path, uint8_t **bytes, size_t *size, zm_err *err);
+
 /* Whether the disk cache holds files of this source (a remount). */
 int zm__tree_kept_on_disk(zm_tree *tree);
+/* Says that chunks the disk cache holds reach readers through the kernel
+ * (passthrough, or pushed into its page cache): synthesis and encoding
+ * ahead leave them on disk instead of loading them into memory. */
+void zm__tree_kernel_reads_kept(zm_tree *tree);
+
 
 /* The target of a link. */
 int zm__tree_readlink(zm_tree *tree, const char *path, char *target, size_t size, zm_err *err);

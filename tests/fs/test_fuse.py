@@ -829,6 +829,83 @@ def test_passthrough():
 
 
 
+def resident_pages(path):
+    """(pages of path the kernel's page cache holds, pages of path), by
+    mincore on a mapping of it (mapping reads nothing)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = os.path.getsize(path)
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            return -1, pages
+        try:
+            vector = (ctypes.c_ubyte * pages)()
+            if libc.mincore(address, size, vector) != 0:
+                return -1, pages
+            return sum(v & 1 for v in vector), pages
+        finally:
+            libc.munmap(address, size)
+    finally:
+        os.close(fd)
+
+
+def test_push():
+    """Without passthrough, once a reader reads a listed file, the kept files
+    after it in the listing are pushed into the kernel's page cache, a window
+    at a time: their reads never reach the daemon. A listing alone pushes
+    nothing; the first file past a window is read by the daemon and moves
+    the window on."""
+    cache = tempfile.mkdtemp(dir=WORK, prefix="cache-")
+    mount = Mount("-o", f"cache_dir={cache},passthrough=off")
+    if not check("push: mounts", mount.mounted, mount.log()):
+        return
+    after = ["full/X/0.1", "full/X/1.0"]
+    names = sorted(os.listdir(mount.path("full/X")))  # a listing: readdirplus
+    check("push: the listing", names == [".zarray", ".zattrs", "0.0", "0.1", "1.0"], str(names))
+    time.sleep(0.2)
+    check("push: a listing alone pushes nothing",
+          not mock_log(cache) and all(resident_pages(mount.path(p))[0] == 0 for p in after), str(mock_log(cache)))
+    check("push: the first file reads right", read_all(mount.path("full/X/0.0")) == FILES["full/X/0.0"])
+    pushed = wait_until(lambda: all(resident_pages(mount.path(p))[0] == resident_pages(mount.path(p))[1]
+                                    for p in after))
+    check("push: the files after it are then in the kernel's page cache",
+          pushed, str({p: resident_pages(mount.path(p)) for p in after}))
+    check("push: they read right", all(read_all(mount.path(p)) == FILES[p] for p in after))
+    done = mock_log(cache)
+    check("push: each pushed once, and no read of them reached the daemon",
+          sorted(p for what, p in done if what == "pushed") == after and
+          not [p for what, p in done if what == "read" and p in after], str(done))
+    mount.stop()
+    # A window of 2 KiB (an eighth of cache_size): one file a window, the
+    # next one a tripwire read by the daemon.
+    cache = tempfile.mkdtemp(dir=WORK, prefix="cache-")
+    mount = Mount("-o", f"cache_dir={cache},passthrough=off,cache_size=16K")
+    if not check("push, small window: mounts", mount.mounted, mount.log()):
+        return
+    os.listdir(mount.path("full/X"))
+    read_all(mount.path("full/X/0.0"))
+    check("push, small window: the next file is pushed",
+          wait_until(lambda: resident_pages(mount.path("full/X/0.1"))[0] == 2), str(mock_log(cache)))
+    time.sleep(0.2)
+    check("push, small window: ... and not the one after (the tripwire)",
+          resident_pages(mount.path("full/X/1.0"))[0] == 0, str(mock_log(cache)))
+    check("push, small window: all read right", all(read_all(mount.path(p)) == FILES[p]
+                                                    for p in ["full/X/0.1", "full/X/1.0"]))
+    done = mock_log(cache)
+    check("push, small window: the tripwire was read by the daemon, the pushed file not",
+          ("read", "full/X/1.0") in done and ("read", "full/X/0.1") not in done, str(done))
+    check("push: a file never listed is read as usual", read_all(mount.path("big.bin")) == FILES["big.bin"]
+          and ("read", "big.bin") in mock_log(cache), str(mock_log(cache)))
+
+
 def test_no_sanitizer_reports():
     reports = [name for name in os.listdir(WORK) if name.startswith("sanitizer")]
     logs = [name for name in os.listdir(WORK) if name.endswith(".log")]
@@ -860,7 +937,7 @@ def main():
                            ("sigint-fusermount", test_sigint_and_fusermount), ("daemon", test_daemon),
                            ("refusals", test_refusals), ("options", test_options),
                            ("allow_other", test_allow_other), ("mount.fuse3", test_mount_helper),
-                           ("passthrough", test_passthrough)]:
+                           ("passthrough", test_passthrough), ("push", test_push)]:
             run(name, test)
         test_no_sanitizer_reports()
     finally:
