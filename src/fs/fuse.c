@@ -1379,17 +1379,14 @@ static uint64_t zm__push_window(const zm__fs_config *config)
     return window < ((uint64_t)64 << 20) ? window : ((uint64_t)64 << 20);
 }
 
-/* Answers the kernel's INIT, asking for passthrough when it is wanted: on,
- * or auto and the disk cache already holds files of this source (a
- * remount), as root (the kernel lends backing files to CAP_SYS_ADMIN
- * only). 0, or -errno when the session ended. */
+/* Answers the kernel's INIT, asking for passthrough when it is wanted
+ * (passthrough=on), as root (the kernel lends backing files to
+ * CAP_SYS_ADMIN only). 0, or -errno when the session ended. */
 static int zm__handshake(zm__fs *fs, struct fuse_session *session)
 {
-    int mode = fs->config.passthrough;
-    int offer = mode != ZM__PASSTHROUGH_OFF && geteuid() == 0 &&
-                (mode == ZM__PASSTHROUGH_ON || zm__tree_kept_on_disk(fs->tree)) &&
-                zm__backings_create(&fs->backings) == 0;
-    if (mode == ZM__PASSTHROUGH_ON && geteuid() != 0)
+    int wanted = fs->config.passthrough;
+    int offer = wanted && geteuid() == 0 && zm__backings_create(&fs->backings) == 0;
+    if (wanted && geteuid() != 0)
         zm__log(LOG_WARNING, "passthrough=on needs root (the kernel lends backing files to "
                 "CAP_SYS_ADMIN only): the daemon serves every read");
     /* Read by the init operation, which libfuse calls while answering. */
@@ -1397,7 +1394,7 @@ static int zm__handshake(zm__fs *fs, struct fuse_session *session)
     int granted = 0;
     int rc = zm__passthrough_handshake(session, offer, &granted);
     fs->passthrough = granted;
-    if (offer && !granted && mode == ZM__PASSTHROUGH_ON)
+    if (offer && !granted)
         zm__log(LOG_WARNING, "passthrough=on: this kernel has no FUSE passthrough (Linux 6.9 or "
                 "later has): the daemon serves every read");
     if (granted)

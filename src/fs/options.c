@@ -238,17 +238,11 @@ static int zm__check_values(zm__parse *parse, zm_err *err)
                                                      "a number of chunks a second",
                                                      &config->ahead_rate, err)))
         return rc;
-    config->passthrough = ZM__PASSTHROUGH_AUTO;
     if (parse->passthrough) {
-        if (strcmp(parse->passthrough, "auto") == 0)
-            config->passthrough = ZM__PASSTHROUGH_AUTO;
-        else if (strcmp(parse->passthrough, "on") == 0)
-            config->passthrough = ZM__PASSTHROUGH_ON;
-        else if (strcmp(parse->passthrough, "off") == 0)
-            config->passthrough = ZM__PASSTHROUGH_OFF;
-        else
-            return zm_err_set(err, -EINVAL, "passthrough=%s: give auto, on or off",
-                              parse->passthrough);
+        if (strcmp(parse->passthrough, "on") == 0)
+            config->passthrough = 1;
+        else if (strcmp(parse->passthrough, "off") != 0)
+            return zm_err_set(err, -EINVAL, "passthrough=%s: give on or off", parse->passthrough);
     }
     if (parse->cache_dir && parse->cache_dir[0] == '\0')
         return zm_err_set(err, -EINVAL, "cache_dir= needs a directory (or none)");
@@ -407,11 +401,11 @@ void zm__fs_print_help(FILE *out, const char *program)
             "                      priority, first cells first, until no reader has asked\n"
             "                      anything of it for SEC seconds (default 5; 0: off)\n"
             "  -o ahead_rate=N     make at most N chunks a second ahead (default: no limit)\n"
-            "  -o passthrough=WHEN let the kernel read files the disk cache holds straight\n"
-            "                      from it (FUSE passthrough; Linux 6.9+, as root): auto\n"
-            "                      when the disk cache already holds this source's files\n"
-            "                      (default), on, or off (then kept files are pushed into\n"
-            "                      the page cache ahead of a reader walking a directory)\n"
+            "  -o passthrough=on   let the kernel read files the disk cache holds straight\n"
+            "                      from it (FUSE passthrough; Linux 6.9+, as root; every\n"
+            "                      open then costs a round trip). Default off: a remount\n"
+            "                      pushes them into the page cache ahead of a reader\n"
+            "                      walking a directory\n"
             "  -o allow_other      let every user read the mount; files then carry SOURCE's\n"
             "                      owner and permission bits minus write, enforced by the\n"
             "                      kernel (default_permissions is added); needs\n"

@@ -18,12 +18,6 @@
 
 #define ZM__MAX_THREADS 1024u
 
-enum {
-    ZM__PASSTHROUGH_AUTO, /* when the disk cache holds the source's files at mount */
-    ZM__PASSTHROUGH_ON,
-    ZM__PASSTHROUGH_OFF,
-};
-
 typedef struct zm__fs_config {
     char *source;           /* as given; absolute after zm__fs_config_resolve */
     char *mountpoint;       /* likewise */
@@ -35,8 +29,8 @@ typedef struct zm__fs_config {
     unsigned threads;       /* decode threads; 0: one per core */
     double ahead_idle_seconds; /* synthesis ahead stops after this idle; -1: default; 0: off */
     double ahead_rate;      /* chunks a second made ahead; 0: no limit */
-    int passthrough;        /* ZM__PASSTHROUGH_*: when files the disk cache holds are
-                             * read by the kernel straight from it */
+    int passthrough;        /* -o passthrough=on: files the disk cache holds are read by
+                             * the kernel straight from it */
     int foreground;         /* -f (and -d) */
     int debug;              /* -d: log every request */
     int allow_other;        /* -o allow_other */

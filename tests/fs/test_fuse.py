@@ -608,7 +608,7 @@ def test_refusals():
         ("an unknown codec", ["-o", "codec=bogus"], SOURCE, None, True, "codec 'bogus'"),
         ("an unknown codec, in the background", ["-o", "codec=bogus"], SOURCE, None, False, "codec 'bogus'"),
         ("an empty codec", ["-o", "codec="], SOURCE, None, True, "codec="),
-        ("a bad passthrough", ["-o", "passthrough=sometimes"], SOURCE, None, True, "passthrough=sometimes: give auto, on or off"),
+        ("a bad passthrough", ["-o", "passthrough=sometimes"], SOURCE, None, True, "passthrough=sometimes: give on or off"),
         ("a bad cache size", ["-o", "cache_size=lots"], SOURCE, None, True, "cache_size=lots"),
         ("a zero chunk size", ["-o", "chunk_size=0"], SOURCE, None, True, "chunk_size=0"),
         ("a bad size suffix", ["-o", "chunk_size=12Q"], SOURCE, None, True, "chunk_size=12Q"),
@@ -813,13 +813,12 @@ def test_passthrough():
         check("passthrough=off: nothing lent, every read by the daemon",
               not [p for what, p in done if what == "kept"] and ("read", "big.bin") in done, str(done))
     mount.stop()
-    # auto: the (mock) disk cache holds files of the source, so it is asked for.
+    # The default is off: not asked for, even on a remount.
     cache = tempfile.mkdtemp(dir=WORK, prefix="cache-")
     mount = Mount("-o", f"cache_dir={cache}")
-    if check("passthrough=auto: mounts", mount.mounted, mount.log()):
-        check("passthrough=auto: asked for when the disk cache holds the source's files",
-              "passthrough: files the disk cache holds" in mount.log(), mount.log())
-        check("passthrough=auto: reads right", read_all(mount.path("full/X/0.1")) == FILES["full/X/0.1"])
+    if check("passthrough by default: mounts", mount.mounted, mount.log()):
+        check("passthrough by default: not asked for", "passthrough" not in mount.log(), mount.log())
+        check("passthrough by default: reads right", read_all(mount.path("full/X/0.1")) == FILES["full/X/0.1"])
     mount.stop()
     # No disk cache: not asked for (no open answered needlessly).
     mount = Mount()

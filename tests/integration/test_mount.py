@@ -305,6 +305,20 @@ def disk_cache():
         check("disk cache: a remount serves the same bytes", again == first)
         check("disk cache: ... reading fewer source chunks", read_again < read_first and stats["diskCache"]["hits"] > 10,
               f"{read_again} vs {read_first}; {stats['diskCache']}")
+        check("disk cache: ... the walk's kept files pushed into the kernel's cache ahead of it",
+              stats["total"]["pushed"]["files"] > 10, str(stats["total"]["pushed"]))
+        # With passthrough the kernel reads kept chunks from the disk cache itself.
+        release = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
+        if os.geteuid() != 0 or release < (6, 9):
+            check(f"disk cache, passthrough # SKIP needs root and Linux 6.9+ (have {os.uname().release})", True)
+        else:
+            with mounted(source, *options, "passthrough=on") as point:
+                through = tree_digest(os.path.join(point, view))
+                stats = stats_of(point)
+            check("disk cache, passthrough: a remount serves the same bytes", through == first)
+            check("disk cache, passthrough: kept chunks are read by the kernel from the disk cache",
+                  stats["total"]["passthrough"]["opens"] > 10 and stats["total"]["pushed"]["files"] == 0,
+                  str(stats["total"]))
         # Damage every entry's bytes (its payload, what the kernel would
         # serve): each is found out, removed and rebuilt.
         payloads = [f for f in files_under(cache) if f.endswith(".data")]
