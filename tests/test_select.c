@@ -482,3 +482,40 @@ Test(spatial, sparse_regions_keep_their_cells)
     cr_expect_eq(s.positions[s.k - 1], 1000u);
     zm_selection_free(&s);
 }
+
+static int compare_u32_test(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The radix sort against qsort: spread values (one pass on the top digit,
+ * then buckets sorted in cache), values piled into few buckets (plain
+ * passes), small counts, duplicates, and the extremes. */
+Test(rank, radix_sort_matches_qsort)
+{
+    const uint64_t counts[] = {0, 1, 2, 17, 1000, 16384, 16385, 300000, 2000000};
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+        for (int shape = 0; shape < 4; shape++) {
+            uint64_t n = counts[c];
+            uint32_t *values = malloc((n ? n : 1) * sizeof *values);
+            uint32_t *expected = malloc((n ? n : 1) * sizeof *expected);
+            uint64_t state = 0x9E3779B97F4A7C15ull * (c + 1) + (uint64_t)shape;
+            for (uint64_t i = 0; i < n; i++) {
+                state = state * 6364136223846793005ull + 1442695040888963407ull;
+                uint32_t r = (uint32_t)(state >> 32);
+                values[i] = shape == 0 ? r                       /* spread */
+                            : shape == 1 ? r & 0x001FFFFF        /* one top bucket */
+                            : shape == 2 ? (r % 7) * 0x7FFFFFFFu /* duplicates at the extremes */
+                                         : (uint32_t)(n - i);    /* descending */
+                expected[i] = values[i];
+            }
+            zm_err err = {0};
+            cr_assert_eq(zm__radix_sort_u32(values, n, &err), 0, "%s", err.reason);
+            qsort(expected, n, sizeof *expected, compare_u32_test);
+            cr_expect(n == 0 || memcmp(values, expected, n * sizeof *values) == 0,
+                      "count %llu, shape %d: not sorted like qsort", (unsigned long long)n, shape);
+            free(values);
+            free(expected);
+        }
+}

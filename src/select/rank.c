@@ -17,17 +17,12 @@ uint32_t zm_rank(uint32_t seed, uint32_t position)
 #define RADIX_SIZE (1u << RADIX_BITS)
 #define RADIX_MASK (RADIX_SIZE - 1)
 
-int zm__radix_sort_u32(uint32_t *values, uint64_t count, zm_err *err)
+/* LSD radix passes over bits [from, 32) of values[0, count), 11 bits a
+ * pass, through scratch; the result ends in values. */
+static void lsd_passes(uint32_t *values, uint32_t *scratch, uint64_t count, unsigned from)
 {
-    if (count < 2)
-        return 0;
-    uint32_t *scratch = malloc(count * sizeof *scratch);
-    if (scratch == NULL)
-        return zm_err_set(err, -ENOMEM, "out of memory sorting %llu values",
-                          (unsigned long long)count);
     uint32_t *src = values, *dst = scratch;
-    /* Three passes of 11 bits cover 33 ≥ 32 bits; the last pass ends in scratch. */
-    for (unsigned shift = 0; shift < 32; shift += RADIX_BITS) {
+    for (unsigned shift = from; shift < 32; shift += RADIX_BITS) {
         uint64_t offsets[RADIX_SIZE] = {0};
         for (uint64_t i = 0; i < count; i++)
             offsets[(src[i] >> shift) & RADIX_MASK]++;
@@ -45,6 +40,83 @@ int zm__radix_sort_u32(uint32_t *values, uint64_t count, zm_err *err)
     }
     if (src != values)
         memcpy(values, src, count * sizeof *values);
+}
+
+/* Values of one top digit: sorted on their low 21 bits by three passes of
+ * 7 bits, in place through scratch (a bucket of a few thousand values stays
+ * in the core's cache, where the whole array's passes would not). */
+static void sort_low_21(uint32_t *values, uint32_t *scratch, uint64_t count)
+{
+    if (count < 2)
+        return;
+    if (count <= 16) {
+        for (uint64_t i = 1; i < count; i++) {
+            uint32_t v = values[i];
+            uint64_t j = i;
+            for (; j > 0 && values[j - 1] > v; j--)
+                values[j] = values[j - 1];
+            values[j] = v;
+        }
+        return;
+    }
+    uint32_t *src = values, *dst = scratch;
+    for (unsigned shift = 0; shift < 21; shift += 7) {
+        uint32_t offsets[128] = {0};
+        for (uint64_t i = 0; i < count; i++)
+            offsets[(src[i] >> shift) & 127]++;
+        uint32_t sum = 0;
+        for (unsigned b = 0; b < 128; b++) {
+            uint32_t c = offsets[b];
+            offsets[b] = sum;
+            sum += c;
+        }
+        for (uint64_t i = 0; i < count; i++)
+            dst[offsets[(src[i] >> shift) & 127]++] = src[i];
+        uint32_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != values)
+        memcpy(values, src, count * sizeof *values);
+}
+
+/* Buckets of the top digit this large on average are sorted in cache. */
+#define MSD_MEAN_BUCKET 65536
+
+int zm__radix_sort_u32(uint32_t *values, uint64_t count, zm_err *err)
+{
+    if (count < 2)
+        return 0;
+    uint32_t *scratch = malloc(count * sizeof *scratch);
+    if (scratch == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory sorting %llu values",
+                          (unsigned long long)count);
+    /* Spread over the whole range (ranks are): one pass on the top 11 bits
+     * into scratch, then each bucket sorted on the rest while it is in
+     * cache, back into values. One pass over memory instead of three. A
+     * few values, or values piled into few buckets, take the plain passes. */
+    uint64_t offsets[RADIX_SIZE + 1] = {0};
+    for (uint64_t i = 0; i < count; i++)
+        offsets[(values[i] >> 21) + 1]++;
+    uint64_t largest = 0;
+    for (unsigned b = 1; b <= RADIX_SIZE; b++)
+        largest = offsets[b] > largest ? offsets[b] : largest;
+    if (count < RADIX_SIZE * 8 || largest > MSD_MEAN_BUCKET) {
+        lsd_passes(values, scratch, count, 0);
+        free(scratch);
+        return 0;
+    }
+    for (unsigned b = 1; b <= RADIX_SIZE; b++)
+        offsets[b] += offsets[b - 1];
+    uint64_t next[RADIX_SIZE];
+    memcpy(next, offsets, sizeof next);
+    for (uint64_t i = 0; i < count; i++)
+        scratch[next[values[i] >> 21]++] = values[i];
+    for (unsigned b = 0; b < RADIX_SIZE; b++) {
+        uint64_t from = offsets[b], n = offsets[b + 1] - from;
+        sort_low_21(scratch + from, values + from, n);
+        memcpy(values + from, scratch + from, n * sizeof *values);
+    }
     free(scratch);
     return 0;
 }

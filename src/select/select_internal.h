@@ -39,7 +39,9 @@ int zm__lowest_ranked(uint64_t count, uint64_t m, uint32_t key, uint32_t *ids, z
 /* Sorts ids (count entries) by fmix32(id ^ key) ascending, in O(count). */
 int zm__sort_by_rank(uint32_t *ids, uint64_t count, uint32_t key, zm_err *err);
 
-/* Sorts uint32 values ascending in O(count) (LSD radix). */
+/* Sorts uint32 values ascending in O(count): one radix pass on the top 11
+ * bits, then each bucket on the rest in cache (spread values, as ranks
+ * are); LSD passes over the whole array otherwise. */
 int zm__radix_sort_u32(uint32_t *values, uint64_t count, zm_err *err);
 
 /* Sorts uint64 values ascending in O(count) (LSD radix). */
