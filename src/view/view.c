@@ -5,8 +5,10 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "zarrmount/view.h"
 
@@ -355,6 +357,61 @@ static int check_pointers(const zm_view *view, const zm_element *e, const zm_vie
     return 0;
 }
 
+/* Lengths of the view's majors (every entry kept) into indptr[i + 1]. */
+struct lengths_part {
+    const zm_view *view;
+    zm_view_sparse *s;
+    uint64_t from, to;
+};
+
+static void *part_lengths(void *context)
+{
+    const struct lengths_part *part = context;
+    const zm_view_sparse *s = part->s;
+    const uint32_t *order = part->view->order;
+    const int64_t *p = s->source_indptr;
+    for (uint64_t i = part->from; i < part->to; i++) {
+        uint64_t m = s->major_is_cell ? order[i] : i;
+        /* Cells in view order read the pointers at random: ask ahead. */
+        if (s->major_is_cell && i + 64 < part->to)
+            __builtin_prefetch(&p[order[i + 64]]);
+        s->indptr[i + 1] = p[m + 1] - p[m];
+    }
+    return NULL;
+}
+
+/* Majors per thread at least: below, one thread. */
+#define LENGTHS_PER_THREAD ((uint64_t)1 << 20)
+#define LENGTHS_THREADS 4
+
+static void major_lengths(const zm_view *view, zm_view_sparse *s)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t threads = s->majors / LENGTHS_PER_THREAD;
+    if (threads > (uint64_t)(cores > 1 ? cores : 1))
+        threads = (uint64_t)(cores > 1 ? cores : 1);
+    if (threads > LENGTHS_THREADS)
+        threads = LENGTHS_THREADS;
+    if (threads < 1)
+        threads = 1;
+    struct lengths_part parts[LENGTHS_THREADS];
+    pthread_t ids[LENGTHS_THREADS];
+    int started[LENGTHS_THREADS] = {0};
+    for (uint64_t t = 0; t < threads; t++) {
+        parts[t] = (struct lengths_part){view, s, s->majors * t / threads, s->majors * (t + 1) / threads};
+        /* The first part on this thread; a thread that cannot start, too. */
+        if (t > 0)
+            started[t] = pthread_create(&ids[t], NULL, part_lengths, &parts[t]) == 0;
+    }
+    part_lengths(&parts[0]);
+    for (uint64_t t = 1; t < threads; t++) {
+        if (started[t])
+            pthread_join(ids[t], NULL);
+        else
+            part_lengths(&parts[t]);
+    }
+}
+
 /* Lays out a sparse matrix in the view: which majors, in which order, and
  * how many entries each keeps. */
 static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **out, zm_err *err)
@@ -385,10 +442,18 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
     const uint32_t *inverse = NULL;
     if (rc == 0 && s->minor_is_cell && (inverse = zm_view_inverse(view, err)) == NULL)
         rc = -ENOMEM;
-    if (rc == 0 && !same) {
+    if (rc == 0 && !same && !s->minor_is_cell) {
+        /* Every entry of each major kept: the lengths in the view's order
+         * (read at random, on several threads at atlas scale), then their
+         * running sum. */
         s->indptr[0] = 0;
-        /* Kept entries of each major: all of them, or (cells as minors) those
-         * whose cell is in the view: one pass over the majors' indices. */
+        major_lengths(view, s);
+        for (uint64_t i = 1; i <= s->majors; i++)
+            s->indptr[i] += s->indptr[i - 1];
+    } else if (rc == 0 && !same) {
+        s->indptr[0] = 0;
+        /* Kept entries of each major: (cells as minors) those whose cell is
+         * in the view: one pass over the majors' indices. */
         for (uint64_t i = 0; rc == 0 && i < s->majors; i++) {
             uint64_t m = s->major_is_cell ? view->order[i] : i;
             /* Cells in view order read the pointers at random: ask ahead. */

@@ -410,6 +410,39 @@ def copy_and_identity():
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def many_cells():
+    """A source of 2.5 million cells: enough that a view lays out X's index
+    pointers on several threads. The pointers of full/ and of a uniform view
+    are the source's row lengths in the view's order (its
+    cellucid_original_position), summed."""
+    n, genes = 2_500_000, 7
+    scratch = tempfile.mkdtemp(prefix="zm-many-")
+    try:
+        path = os.path.join(scratch, "many.h5ad")
+        rng = np.random.default_rng(5)
+        lengths = rng.integers(0, 4, n)
+        indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        nnz = int(indptr[-1])
+        import pandas as pd
+        import scipy.sparse
+        matrix = scipy.sparse.csr_matrix((np.ones(nnz, np.float32), rng.integers(0, genes, nnz).astype(np.int32),
+                                          indptr), shape=(n, genes))
+        anndata.AnnData(X=matrix, obs=pd.DataFrame(index=pd.RangeIndex(n).astype(str)),
+                        var=pd.DataFrame(index=[f"g{i}" for i in range(genes)])).write_h5ad(path)
+        with mounted(path, "cache_dir=none", "codec=none") as point:
+            for view in ("full", "uniform/seed2/k=1500000"):
+                root = zarr.open_group(os.path.join(point, view), mode="r")
+                positions = root["obs/cellucid_original_position"][:].astype(np.int64)
+                got = root["X/indptr"][:]
+                want = np.concatenate([[0], np.cumsum(lengths[positions])])
+                check(f"2.5M cells, {view}: X's index pointers are the row lengths in the view's order",
+                      got.shape == want.shape and np.array_equal(got, want), f"{got[:5]} vs {want[:5]}")
+    except Exception:  # noqa: BLE001
+        check("2.5M cells", False, traceback.format_exc(limit=3))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main():
     for path in sources():
         try:
@@ -423,6 +456,7 @@ def main():
     if not os.environ.get("ZM_ONLY"):
         copy_and_identity()
         disk_cache()
+        many_cells()
     print(f"1..{len(results)}")
     for i, (ok, label, detail) in enumerate(results, 1):
         print(f"{'ok' if ok else 'not ok'} {i} - {label}")
