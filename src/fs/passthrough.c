@@ -108,30 +108,42 @@ int zm__passthrough_handshake(struct fuse_session *session, int offer, int *gran
      * goes on to the device with passthrough asked for. */
     int device = fuse_session_fd(session);
     int saved = fcntl(device, F_DUPFD_CLOEXEC, 0);
-    int pipe_fds[2];
-    if (saved < 0 || pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    int pipe_fds[2] = {-1, -1};
+    if (saved < 0 || pipe2(pipe_fds, O_CLOEXEC) != 0 || dup3(pipe_fds[1], device, O_CLOEXEC) < 0) {
         zm__log(LOG_WARNING, "passthrough not asked for (%s): the daemon serves every read",
                 strerror(errno));
+        for (int i = 0; i < 2; i++)
+            if (pipe_fds[i] >= 0)
+                close(pipe_fds[i]);
         if (saved >= 0)
             close(saved);
         fuse_session_process_buf(session, &buf);
         free(buf.mem);
         return 0;
     }
-    dup2(pipe_fds[1], device);
     fuse_session_process_buf(session, &buf);
-    dup2(saved, device);
+    free(buf.mem);
+    /* The device back in its place: nothing else can use the session (the
+     * loop has not started), so failing here ends the mount. */
+    int restored = dup3(saved, device, O_CLOEXEC);
+    int restore_errno = errno;
     close(saved);
     close(pipe_fds[1]);
-    free(buf.mem);
+    if (restored < 0) {
+        close(pipe_fds[0]);
+        zm__log(LOG_ERR, "cannot put the FUSE device back after INIT: %s", strerror(restore_errno));
+        return -restore_errno;
+    }
     uint8_t reply[4096];
     ssize_t length;
     do
         length = read(pipe_fds[0], reply, sizeof reply);
     while (length < 0 && errno == EINTR);
     close(pipe_fds[0]);
-    if (length < (ssize_t)sizeof(struct fuse_out_header))
-        return zm__log(LOG_ERR, "no answer to the kernel's INIT"), -EIO;
+    if (length < (ssize_t)sizeof(struct fuse_out_header)) {
+        zm__log(LOG_ERR, "no answer to the kernel's INIT (%s)", length < 0 ? strerror(errno) : "empty");
+        return -EIO;
+    }
     struct fuse_out_header *out = (struct fuse_out_header *)reply;
     if (out->error == 0 && (size_t)length >= sizeof *out + offsetof(struct zm__init_out, unused)) {
         struct zm__init_out *init = (struct zm__init_out *)(out + 1);
