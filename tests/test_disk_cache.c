@@ -40,14 +40,14 @@ static void fill(uint8_t *bytes, size_t size, unsigned seed)
         bytes[i] = (uint8_t)(i * 131 + seed * 7 + (i >> 9));
 }
 
-/* The path of the one file under directory whose name ends in suffix
- * (".entry": a header, ".data": a payload); returns how many there are. */
-static int only_file(const char *directory, const char *suffix, char *out, size_t size)
+/* Calls visit with every file under directory (path, name, stat). */
+typedef void (*visit_fn)(void *context, const char *path, const char *name, const struct stat *st);
+
+static void each_file(const char *directory, visit_fn visit, void *context)
 {
     DIR *d = opendir(directory);
     if (d == NULL)
-        return 0;
-    int found = 0;
+        return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
@@ -57,16 +57,54 @@ static int only_file(const char *directory, const char *suffix, char *out, size_
         struct stat st;
         if (stat(path, &st) != 0)
             continue;
-        size_t length = strlen(e->d_name);
         if (S_ISDIR(st.st_mode))
-            found += only_file(path, suffix, out, size);
-        else if (length > strlen(suffix) && strcmp(e->d_name + length - strlen(suffix), suffix) == 0) {
-            snprintf(out, size, "%s", path);
-            found++;
-        }
+            each_file(path, visit, context);
+        else
+            visit(context, path, e->d_name, &st);
     }
     closedir(d);
-    return found;
+}
+
+struct suffixed {
+    const char *suffix;
+    char *out;
+    size_t size;
+    int found;
+};
+
+static void match_suffix(void *context, const char *path, const char *name, const struct stat *st)
+{
+    (void)st;
+    struct suffixed *m = context;
+    size_t length = strlen(name), tail = strlen(m->suffix);
+    if (length > tail && strcmp(name + length - tail, m->suffix) == 0) {
+        snprintf(m->out, m->size, "%s", path);
+        m->found++;
+    }
+}
+
+/* The path of the one file under directory whose name ends in suffix
+ * (".entry": a header, ".data": a payload); returns how many there are. */
+static int only_file(const char *directory, const char *suffix, char *out, size_t size)
+{
+    struct suffixed m = {suffix, out, size, 0};
+    each_file(directory, match_suffix, &m);
+    return m.found;
+}
+
+static void add_size(void *context, const char *path, const char *name, const struct stat *st)
+{
+    (void)path;
+    (void)name;
+    *(uint64_t *)context += (uint64_t)st->st_size;
+}
+
+/* Bytes of all files under a directory. */
+static uint64_t bytes_under(const char *directory)
+{
+    uint64_t total = 0;
+    each_file(directory, add_size, &total);
+    return total;
 }
 
 Test(disk, round_trip_and_survives_a_reopen)
@@ -244,28 +282,6 @@ Test(disk, another_format_is_ignored_and_evicted_first)
     remove_tree(root);
 }
 
-/* Bytes of all files under a directory. */
-static uint64_t bytes_under(const char *directory)
-{
-    uint64_t total = 0;
-    DIR *d = opendir(directory);
-    if (d == NULL)
-        return 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s", directory, e->d_name);
-        struct stat st;
-        if (stat(path, &st) != 0)
-            continue;
-        total += S_ISDIR(st.st_mode) ? bytes_under(path) : (uint64_t)st.st_size;
-    }
-    closedir(d);
-    return total;
-}
-
 Test(disk, the_bound_holds_least_recently_used_out_first)
 {
     make_root();
@@ -383,32 +399,23 @@ Test(disk, threads_share_it)
     remove_tree(root);
 }
 
-/* Every payload has its header: eviction and replacement leave no half. */
+static void count_headless(void *context, const char *path, const char *name, const struct stat *st)
+{
+    (void)st;
+    size_t length = strlen(name);
+    if (length == 38 && strcmp(name + 33, ".data") == 0) {
+        char header[600];
+        snprintf(header, sizeof header, "%.*s/%.16s.entry", (int)(strrchr(path, '/') - path), path, name);
+        *(int *)context += access(header, F_OK) != 0;
+    }
+}
+
+/* Payloads with no header beside them: eviction and replacement leave no
+ * half entry. */
 static int payloads_without_header(const char *directory)
 {
     int found = 0;
-    DIR *d = opendir(directory);
-    if (d == NULL)
-        return 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s", directory, e->d_name);
-        struct stat st;
-        if (stat(path, &st) != 0)
-            continue;
-        size_t length = strlen(e->d_name);
-        if (S_ISDIR(st.st_mode)) {
-            found += payloads_without_header(path);
-        } else if (length == 38 && strcmp(e->d_name + 33, ".data") == 0) {
-            char header[512];
-            snprintf(header, sizeof header, "%s/%.16s.entry", directory, e->d_name);
-            found += access(header, F_OK) != 0;
-        }
-    }
-    closedir(d);
+    each_file(directory, count_headless, &found);
     return found;
 }
 

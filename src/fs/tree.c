@@ -955,6 +955,15 @@ static void disk_key_of(const zm_tree *t, const char *file_key, char *out, size_
 static int make_chunk(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err);
 static void queue_for_disk(zm_tree *t, const char *key, const uint8_t *bytes, size_t size);
 
+/* A damaged or unreadable entry, said once in the log. */
+static void kept_failed(zm_tree *t, int rc, const zm_err *err)
+{
+    if (rc != 0 && rc != -ENOENT && atomic_exchange(&t->disk_read_failed, 1) == 0)
+        zm__log(LOG_WARNING, "the disk cache %s (%s): such entries are never served, but made again "
+                "from the source", rc == -EBADMSG ? "had a damaged entry" : "could not be read",
+                err->reason);
+}
+
 /* Makes a file's bytes (the cache's loader), counted for its view: what it
  * reads from the source (on this thread and on the pool's for it) too. */
 static int make_file(void *context, uint8_t **bytes, size_t *size, zm_err *err)
@@ -998,10 +1007,7 @@ static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size
             int got = zm_disk_get(t->disk, t->disk_space, disk_key, bytes, size, &miss);
             if (got == 0)
                 return 0;
-            if (got != -ENOENT && atomic_exchange(&t->disk_read_failed, 1) == 0)
-                zm__log(LOG_WARNING, "the disk cache %s (%s): such entries are never served, but "
-                        "made again from the source", got == -EBADMSG ? "had a damaged entry"
-                        : "could not be read", miss.reason);
+            kept_failed(t, got, &miss);
         }
         int rc = make_chunk(c, bytes, size, err);
         /* The source checked again after its bytes were read: a change
@@ -2492,56 +2498,48 @@ static int kept_entry(zm_tree *t, const char *path, zm_view **view_out, view_sta
     return 0;
 }
 
-/* A damaged or unreadable entry, said once in the log. */
-static void kept_failed(zm_tree *t, int rc, const zm_err *err)
+/* A kept file, lent as a descriptor for passthrough (fd), or read for a
+ * push (bytes), and counted so. */
+static int kept_file(zm_tree *t, const char *path, int *fd, uint8_t **bytes, uint64_t *size,
+                     zm_err *err)
 {
-    if (rc != 0 && rc != -ENOENT && atomic_exchange(&t->disk_read_failed, 1) == 0)
-        zm__log(LOG_WARNING, "the disk cache %s (%s): such entries are never served, but made again "
-                "from the source", rc == -EBADMSG ? "had a damaged entry" : "could not be read",
-                err->reason);
-}
-
-int zm__tree_open_kept(zm_tree *t, const char *path, int *fd, uint64_t *size, zm_err *err)
-{
-    *fd = -1;
-    *size = 0;
-    zm_view *view;
-    view_stats *vs;
+    zm_view *view = NULL;
+    view_stats *vs = NULL;
     char disk_key[2048];
-    uint64_t file_key;
+    uint64_t file_key = 0;
     int rc = kept_entry(t, path, &view, &vs, &file_key, disk_key, sizeof disk_key, err);
     if (rc != 0)
         return rc;
-    rc = zm_disk_open_entry(t->disk, t->disk_space, disk_key, fd, size, err);
+    if (fd != NULL) {
+        rc = zm_disk_open_entry(t->disk, t->disk_space, disk_key, fd, size, err);
+    } else {
+        size_t got = 0;
+        rc = zm_disk_get(t->disk, t->disk_space, disk_key, bytes, &got, err);
+        *size = got;
+    }
     if (rc == 0) {
         size_put(t, file_key, *size);
-        vs->passthrough_opens++;
-        vs->passthrough_bytes += *size;
+        atomic_fetch_add(fd != NULL ? &vs->passthrough_opens : &vs->pushed_files, 1);
+        atomic_fetch_add(fd != NULL ? &vs->passthrough_bytes : &vs->pushed_bytes, *size);
     }
     kept_failed(t, rc, err);
     view_release(t, view);
     return rc;
 }
 
+int zm__tree_open_kept(zm_tree *t, const char *path, int *fd, uint64_t *size, zm_err *err)
+{
+    *fd = -1;
+    *size = 0;
+    return kept_file(t, path, fd, NULL, size, err);
+}
+
 int zm__tree_read_kept(zm_tree *t, const char *path, uint8_t **bytes, size_t *size, zm_err *err)
 {
     *bytes = NULL;
-    *size = 0;
-    zm_view *view;
-    view_stats *vs;
-    char disk_key[2048];
-    uint64_t file_key;
-    int rc = kept_entry(t, path, &view, &vs, &file_key, disk_key, sizeof disk_key, err);
-    if (rc != 0)
-        return rc;
-    rc = zm_disk_get(t->disk, t->disk_space, disk_key, bytes, size, err);
-    if (rc == 0) {
-        size_put(t, file_key, *size);
-        vs->pushed_files++;
-        vs->pushed_bytes += *size;
-    }
-    kept_failed(t, rc, err);
-    view_release(t, view);
+    uint64_t length = 0;
+    int rc = kept_file(t, path, NULL, bytes, &length, err);
+    *size = (size_t)length;
     return rc;
 }
 

@@ -17,23 +17,26 @@ uint32_t zm_rank(uint32_t seed, uint32_t position)
 #define RADIX_SIZE (1u << RADIX_BITS)
 #define RADIX_MASK (RADIX_SIZE - 1)
 
-/* LSD radix passes over bits [from, 32) of values[0, count), 11 bits a
- * pass, through scratch; the result ends in values. */
-static void lsd_passes(uint32_t *values, uint32_t *scratch, uint64_t count, unsigned from)
+/* LSD radix passes over bits [0, to) of values[0, count), `bits` bits a
+ * pass (at most RADIX_BITS), through scratch; the result ends in values. */
+static void radix_passes(uint32_t *values, uint32_t *scratch, uint64_t count, unsigned to,
+                         unsigned bits)
 {
     uint32_t *src = values, *dst = scratch;
-    for (unsigned shift = from; shift < 32; shift += RADIX_BITS) {
-        uint64_t offsets[RADIX_SIZE] = {0};
+    const uint32_t mask = (1u << bits) - 1;
+    for (unsigned shift = 0; shift < to; shift += bits) {
+        uint64_t offsets[RADIX_SIZE];
+        memset(offsets, 0, ((size_t)mask + 1) * sizeof *offsets);
         for (uint64_t i = 0; i < count; i++)
-            offsets[(src[i] >> shift) & RADIX_MASK]++;
+            offsets[(src[i] >> shift) & mask]++;
         uint64_t sum = 0;
-        for (unsigned b = 0; b < RADIX_SIZE; b++) {
+        for (uint32_t b = 0; b <= mask; b++) {
             uint64_t c = offsets[b];
             offsets[b] = sum;
             sum += c;
         }
         for (uint64_t i = 0; i < count; i++)
-            dst[offsets[(src[i] >> shift) & RADIX_MASK]++] = src[i];
+            dst[offsets[(src[i] >> shift) & mask]++] = src[i];
         uint32_t *t = src;
         src = dst;
         dst = t;
@@ -42,42 +45,23 @@ static void lsd_passes(uint32_t *values, uint32_t *scratch, uint64_t count, unsi
         memcpy(values, src, count * sizeof *values);
 }
 
-/* Values of one top digit: sorted on their low 21 bits by three passes of
- * 7 bits, in place through scratch (a bucket of a few thousand values stays
- * in the core's cache, where the whole array's passes would not). */
+/* Values of one top digit: sorted on their low 21 bits, by insertion when
+ * a few, else by three passes of 7 bits (a bucket of a few thousand values
+ * stays in the core's cache, where passes over the whole array would not,
+ * and 128 counters a pass cost little to clear). */
 static void sort_low_21(uint32_t *values, uint32_t *scratch, uint64_t count)
 {
-    if (count < 2)
-        return;
-    if (count <= 16) {
-        for (uint64_t i = 1; i < count; i++) {
-            uint32_t v = values[i];
-            uint64_t j = i;
-            for (; j > 0 && values[j - 1] > v; j--)
-                values[j] = values[j - 1];
-            values[j] = v;
-        }
+    if (count > 16) {
+        radix_passes(values, scratch, count, 21, 7);
         return;
     }
-    uint32_t *src = values, *dst = scratch;
-    for (unsigned shift = 0; shift < 21; shift += 7) {
-        uint32_t offsets[128] = {0};
-        for (uint64_t i = 0; i < count; i++)
-            offsets[(src[i] >> shift) & 127]++;
-        uint32_t sum = 0;
-        for (unsigned b = 0; b < 128; b++) {
-            uint32_t c = offsets[b];
-            offsets[b] = sum;
-            sum += c;
-        }
-        for (uint64_t i = 0; i < count; i++)
-            dst[offsets[(src[i] >> shift) & 127]++] = src[i];
-        uint32_t *t = src;
-        src = dst;
-        dst = t;
+    for (uint64_t i = 1; i < count; i++) {
+        uint32_t v = values[i];
+        uint64_t j = i;
+        for (; j > 0 && values[j - 1] > v; j--)
+            values[j] = values[j - 1];
+        values[j] = v;
     }
-    if (src != values)
-        memcpy(values, src, count * sizeof *values);
 }
 
 /* Buckets of the top digit this large on average are sorted in cache. */
@@ -102,7 +86,7 @@ int zm__radix_sort_u32(uint32_t *values, uint64_t count, zm_err *err)
     for (unsigned b = 1; b <= RADIX_SIZE; b++)
         largest = offsets[b] > largest ? offsets[b] : largest;
     if (count < RADIX_SIZE * 8 || largest > MSD_MEAN_BUCKET) {
-        lsd_passes(values, scratch, count, 0);
+        radix_passes(values, scratch, count, 32, RADIX_BITS);
         free(scratch);
         return 0;
     }
