@@ -379,12 +379,15 @@ static int read_fd(int fd, size_t limit, uint8_t **bytes, size_t *size)
     return 0;
 }
 
-static int read_path(const char *path, size_t limit, uint8_t **bytes, size_t *size)
+/* The whole of a file, and (seen) the file it was. */
+static int read_path(const char *path, size_t limit, uint8_t **bytes, size_t *size, struct stat *seen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    int rc = read_fd(fd, limit, bytes, size);
+    int rc = seen != NULL && fstat(fd, seen) != 0 ? -errno : 0;
+    if (rc == 0)
+        rc = read_fd(fd, limit, bytes, size);
     close(fd);
     return rc;
 }
@@ -421,22 +424,30 @@ static int names(const struct disk_header *h, const uint8_t *file, const char *s
            memcmp(file + sizeof *h + space_length, key, key_length) == 0;
 }
 
-static void forget_file(zm_disk *disk, const char *path)
+/* Removes path, if it is still the file seen (NULL: whatever it is). A file
+ * filed again under the name meanwhile (another thread or mount rebuilt the
+ * entry: a new file, renamed into place) stays. */
+static void forget_file(zm_disk *disk, const char *path, const struct stat *seen)
 {
     struct stat st;
-    if (stat(path, &st) != 0 || unlink(path) != 0)
+    if (stat(path, &st) != 0)
+        return;
+    if (seen != NULL && (st.st_dev != seen->st_dev || st.st_ino != seen->st_ino))
+        return;
+    if (unlink(path) != 0)
         return;
     pthread_mutex_lock(&disk->lock);
     disk->bytes_held = disk->bytes_held > (uint64_t)st.st_size ? disk->bytes_held - (uint64_t)st.st_size : 0;
     pthread_mutex_unlock(&disk->lock);
 }
 
-/* Removes a damaged entry, its header first. */
-static void forget_entry(zm_disk *disk, const char *entry, const char *data)
+/* Removes a damaged entry (the files of it that were seen), its header first. */
+static void forget_entry(zm_disk *disk, const char *entry, const struct stat *entry_seen,
+                         const char *data, const struct stat *data_seen)
 {
-    forget_file(disk, entry);
+    forget_file(disk, entry, entry_seen);
     if (data != NULL)
-        forget_file(disk, data);
+        forget_file(disk, data, data_seen);
     pthread_mutex_lock(&disk->lock);
     disk->entries = disk->entries ? disk->entries - 1 : 0;
     pthread_mutex_unlock(&disk->lock);
@@ -446,6 +457,7 @@ static void forget_entry(zm_disk *disk, const char *entry, const char *data)
  * checked against its hash. */
 struct found {
     char entry[4200], data[4300];
+    struct stat entry_seen, data_seen; /* the files read */
     int fd;
     uint64_t length, xxh3;
 };
@@ -463,7 +475,8 @@ static int migrate(zm_disk *disk, const char *space, const char *key)
     entry_path(root, space, key, path, sizeof path);
     uint8_t *file;
     size_t length;
-    if (read_path(path, (size_t)1 << 40, &file, &length) != 0)
+    struct stat seen;
+    if (read_path(path, (size_t)1 << 40, &file, &length, &seen) != 0)
         return -ENOENT;
     struct disk_header h;
     const char *why = check_header(file, length, 1, &h);
@@ -482,7 +495,7 @@ static int migrate(zm_disk *disk, const char *space, const char *key)
     }
     if (why != NULL || rc == 0) {
         /* Moved, or never to be served. */
-        forget_file(disk, path);
+        forget_file(disk, path, &seen);
         pthread_mutex_lock(&disk->lock);
         disk->entries = disk->entries ? disk->entries - 1 : 0;
         pthread_mutex_unlock(&disk->lock);
@@ -501,7 +514,7 @@ static int find(zm_disk *disk, const char *space, const char *key, struct found 
     entry_path(disk->root, space, key, f->entry, sizeof f->entry);
     uint8_t *file;
     size_t length;
-    int rc = read_path(f->entry, HEADER_MAX, &file, &length);
+    int rc = read_path(f->entry, HEADER_MAX, &file, &length, &f->entry_seen);
     if (rc == -ENOENT && !migrated && migrate(disk, space, key) == 0)
         return find(disk, space, key, f, 1, err);
     if (rc == -ENOENT)
@@ -514,7 +527,7 @@ static int find(zm_disk *disk, const char *space, const char *key, struct found 
         why = check_header(file, length, DISK_FORMAT, &h);
     if (why != NULL) {
         free(file);
-        forget_entry(disk, f->entry, NULL);
+        forget_entry(disk, f->entry, &f->entry_seen, NULL, NULL);
         disk->damaged++;
         return zm_err_set(err, -EBADMSG, "cache entry %s was %s: removed", f->entry, why);
     }
@@ -526,22 +539,21 @@ static int find(zm_disk *disk, const char *space, const char *key, struct found 
     f->fd = open(f->data, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0 && errno == ENOENT) {
         /* Evicted under us, or removed by hand: the header names nothing. */
-        forget_entry(disk, f->entry, NULL);
+        forget_entry(disk, f->entry, &f->entry_seen, NULL, NULL);
         return zm_err_set(err, -ENOENT, "%s: not in the cache", key);
     }
     if (f->fd < 0)
         return zm_err_set(err, -errno, "cache entry %s: %s", f->data, strerror(errno));
-    struct stat st;
-    if (fstat(f->fd, &st) != 0) {
+    if (fstat(f->fd, &f->data_seen) != 0) {
         rc = -errno;
         close(f->fd);
         f->fd = -1;
         return zm_err_set(err, rc, "cache entry %s: %s", f->data, strerror(-rc));
     }
-    if ((uint64_t)st.st_size != h.payload_length) {
+    if ((uint64_t)f->data_seen.st_size != h.payload_length) {
         close(f->fd);
         f->fd = -1;
-        forget_entry(disk, f->entry, f->data);
+        forget_entry(disk, f->entry, &f->entry_seen, f->data, &f->data_seen);
         disk->damaged++;
         return zm_err_set(err, -EBADMSG, "cache entry %s was truncated or extended: removed", f->data);
     }
@@ -555,7 +567,7 @@ static int damaged(zm_disk *disk, struct found *f, zm_err *err)
 {
     close(f->fd);
     f->fd = -1;
-    forget_entry(disk, f->entry, f->data);
+    forget_entry(disk, f->entry, &f->entry_seen, f->data, &f->data_seen);
     disk->damaged++;
     return zm_err_set(err, -EBADMSG, "cache entry %s: its bytes are damaged: removed", f->data);
 }
