@@ -116,9 +116,10 @@ int zm_disk_get(zm_disk *disk, const char *space, const char *key, uint8_t **byt
 int zm_disk_open_entry(zm_disk *disk, const char *space, const char *key, int *fd, uint64_t *size,
                        zm_err *err);
 
-/* The length of an entry's bytes, from its header and its file's length,
- * without reading them (they are checked when read). -ENOENT if there is
- * no entry; other errors as zm_disk_get. Counts neither a hit nor a miss. */
+/* The length of an entry's bytes, from its header alone, without reading
+ * them (they are checked when read, and an entry found damaged then is made
+ * again: the same bytes, so the same length). -ENOENT if there is no entry;
+ * other errors as zm_disk_get. Counts neither a hit nor a miss. */
 int zm_disk_size(zm_disk *disk, const char *space, const char *key, uint64_t *size);
 
 /* Whether the cache holds at least one entry of space (of the current

@@ -504,11 +504,11 @@ static int migrate(zm_disk *disk, const char *space, const char *key)
     return rc == 0 ? 0 : -ENOENT;
 }
 
-/* Finds an entry: its header checked and naming space and key, its payload
- * opened and of the length the header gives. -ENOENT (none), -EBADMSG
+/* Finds an entry's header: checked and naming space and key (f->entry,
+ * f->entry_seen, f->length, f->xxh3 set). -ENOENT (none), -EBADMSG
  * (damaged: removed, err says why), -errno. */
-static int find(zm_disk *disk, const char *space, const char *key, struct found *f, int migrated,
-                zm_err *err)
+static int find_header(zm_disk *disk, const char *space, const char *key, struct found *f, int migrated,
+                       zm_err *err)
 {
     f->fd = -1;
     entry_path(disk->root, space, key, f->entry, sizeof f->entry);
@@ -516,7 +516,7 @@ static int find(zm_disk *disk, const char *space, const char *key, struct found 
     size_t length;
     int rc = read_path(f->entry, HEADER_MAX, &file, &length, &f->entry_seen);
     if (rc == -ENOENT && !migrated && migrate(disk, space, key) == 0)
-        return find(disk, space, key, f, 1, err);
+        return find_header(disk, space, key, f, 1, err);
     if (rc == -ENOENT)
         return zm_err_set(err, -ENOENT, "%s: not in the cache", key);
     struct disk_header h;
@@ -536,6 +536,20 @@ static int find(zm_disk *disk, const char *space, const char *key, struct found 
     if (!ours) /* another key with the same hash: not ours (the put replaces it) */
         return zm_err_set(err, -ENOENT, "%s: not in the cache", key);
     data_path(f->entry, h.payload_xxh3, f->data, sizeof f->data);
+    f->length = h.payload_length;
+    f->xxh3 = h.payload_xxh3;
+    return 0;
+}
+
+/* Finds an entry: its header checked and naming space and key, its payload
+ * opened and of the length the header gives. -ENOENT (none), -EBADMSG
+ * (damaged: removed, err says why), -errno. */
+static int find(zm_disk *disk, const char *space, const char *key, struct found *f, int migrated,
+                zm_err *err)
+{
+    int rc = find_header(disk, space, key, f, migrated, err);
+    if (rc != 0)
+        return rc;
     f->fd = open(f->data, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0 && errno == ENOENT) {
         /* Evicted under us, or removed by hand: the header names nothing. */
@@ -550,15 +564,13 @@ static int find(zm_disk *disk, const char *space, const char *key, struct found 
         f->fd = -1;
         return zm_err_set(err, rc, "cache entry %s: %s", f->data, strerror(-rc));
     }
-    if ((uint64_t)f->data_seen.st_size != h.payload_length) {
+    if ((uint64_t)f->data_seen.st_size != f->length) {
         close(f->fd);
         f->fd = -1;
         forget_entry(disk, f->entry, &f->entry_seen, f->data, &f->data_seen);
         disk->damaged++;
         return zm_err_set(err, -EBADMSG, "cache entry %s was truncated or extended: removed", f->data);
     }
-    f->length = h.payload_length;
-    f->xxh3 = h.payload_xxh3;
     return 0;
 }
 
@@ -750,12 +762,10 @@ int zm_disk_size(zm_disk *disk, const char *space, const char *key, uint64_t *si
 {
     struct found f;
     zm_err ignored;
-    int rc = find(disk, space, key, &f, 0, &ignored);
-    if (rc != 0)
-        return rc;
-    close(f.fd);
-    *size = f.length;
-    return 0;
+    int rc = find_header(disk, space, key, &f, 0, &ignored);
+    if (rc == 0)
+        *size = f.length;
+    return rc;
 }
 
 /* ---- Eviction ------------------------------------------------------------------------ */
