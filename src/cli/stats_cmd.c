@@ -195,6 +195,33 @@ static void print_table(FILE *out, const char *mountpoint, const json_t *root)
             " hits, %" PRIu64 " misses, %" PRIu64 " evicted, %s held.\n",
             number(chunk_cache, "hits"), number(chunk_cache, "misses"),
             number(chunk_cache, "evictions"), held);
+    const json_t *disk = json_object_get(root, "diskCache");
+    if (json_is_object(disk)) {
+        char capacity[32];
+        bytes_text(number(disk, "bytesHeld"), held, sizeof held);
+        bytes_text(number(disk, "capacityBytes"), capacity, sizeof capacity);
+        fprintf(out,
+                "Disk cache: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64 " written, %" PRIu64
+                " evicted, %" PRIu64 " damaged, %" PRIu64 " moved from an older format; %" PRIu64
+                " entries, %s held of %s.\n",
+                number(disk, "hits"), number(disk, "misses"), number(disk, "writes"),
+                number(disk, "evictions"), number(disk, "damaged"), number(disk, "migrated"),
+                number(disk, "entries"), held, capacity);
+    } else {
+        fprintf(out, "Disk cache: off.\n");
+    }
+    const json_t *pushed = json_object_get(total, "pushed");
+    const json_t *passthrough = json_object_get(total, "passthrough");
+    if (number(pushed, "files") || number(passthrough, "opens")) {
+        char pushed_bytes[32], passthrough_bytes[32];
+        bytes_text(number(pushed, "bytes"), pushed_bytes, sizeof pushed_bytes);
+        bytes_text(number(passthrough, "bytes"), passthrough_bytes, sizeof passthrough_bytes);
+        fprintf(out,
+                "Read by the kernel from the disk cache (not in READS or SERVED): %" PRIu64
+                " files pushed ahead (%s), %" PRIu64 " passthrough opens (%s).\n",
+                number(pushed, "files"), pushed_bytes, number(passthrough, "opens"),
+                passthrough_bytes);
+    }
     const json_t *works = json_object_get(root, "works");
     fprintf(out, "\nWork in progress:%s\n", json_array_size(works) ? "" : " none");
     size_t i;

@@ -30,6 +30,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -399,6 +400,13 @@ def check_snapshots_and_cli(point, label):
           all(any(l.split()[:1] == [k] for l in lines) for k in now["views"]) and
           any(l.startswith("total ") for l in lines) and
           any(l.startswith("(outside views)") for l in lines), done.stdout + done.stderr)
+    disk = now["diskCache"]
+    said = [l for l in lines if l.startswith("Disk cache:")]
+    # The counters move while the disk writer files entries: the form, not the numbers.
+    form = (r"Disk cache: \d+ hits, \d+ misses, \d+ written, \d+ evicted, \d+ damaged, \d+ moved "
+            r"from an older format; \d+ entries, [\d.]+ [KMGT]?i?B held of [\d.]+ [KMGT]?i?B\.$")
+    check(f"{label}: zarrmount stats says what the disk cache did",
+          len(said) == 1 and (said[0] == "Disk cache: off." if disk is None else re.match(form, said[0])), said)
 
     watcher = subprocess.Popen([BINARY, "stats", point, "--watch"], stdout=subprocess.PIPE)
     try:
