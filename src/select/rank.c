@@ -64,8 +64,9 @@ static void sort_low_21(uint32_t *values, uint32_t *scratch, uint64_t count)
     }
 }
 
-/* Buckets of the top digit this large on average are sorted in cache. */
-#define MSD_MEAN_BUCKET 65536
+/* The largest bucket of the top digit sorted in cache; a larger one (values
+ * piled into few buckets) sends the whole array to the plain passes. */
+#define MSD_LARGEST_BUCKET 65536
 
 int zm__radix_sort_u32(uint32_t *values, uint64_t count, zm_err *err)
 {
@@ -85,7 +86,7 @@ int zm__radix_sort_u32(uint32_t *values, uint64_t count, zm_err *err)
     uint64_t largest = 0;
     for (unsigned b = 1; b <= RADIX_SIZE; b++)
         largest = offsets[b] > largest ? offsets[b] : largest;
-    if (count < RADIX_SIZE * 8 || largest > MSD_MEAN_BUCKET) {
+    if (count < RADIX_SIZE * 8 || largest > MSD_LARGEST_BUCKET) {
         radix_passes(values, scratch, count, 32, RADIX_BITS);
         free(scratch);
         return 0;
