@@ -107,6 +107,7 @@ typedef struct zm__fs {
     pthread_t watcher;
     int watching;
     int watcher_stop[2]; /* a pipe: written to stop the watcher */
+    struct timespec began; /* the mount's start: -d times requests from it */
 } zm__fs;
 
 /* An open file: its path, so that reads go to the tree without the table,
@@ -141,9 +142,21 @@ typedef struct zm__dir {
 
 /* ---- Helpers ------------------------------------------------------------------ */
 
+/* When this thread's request began (with -d): every operation starts by
+ * asking for its file system, so that is where the clock starts. */
+static _Thread_local struct timespec zm__request_began;
+
+static double zm__seconds_between(const struct timespec *a, const struct timespec *b)
+{
+    return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) / 1e9;
+}
+
 static zm__fs *zm__fs_of(fuse_req_t req)
 {
-    return fuse_req_userdata(req);
+    zm__fs *fs = fuse_req_userdata(req);
+    if (fs->config.debug)
+        clock_gettime(CLOCK_MONOTONIC, &zm__request_began);
+    return fs;
 }
 
 static void zm__trace(fuse_req_t req, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -155,7 +168,13 @@ static void zm__trace(fuse_req_t req, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    zm__log(LOG_DEBUG, "pid %d: %s", (int)fuse_req_ctx(req)->pid, line);
+    /* How long the request took, and when it was answered since the mount
+     * began: where a reader's time went. */
+    const zm__fs *fs = fuse_req_userdata(req);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    zm__log(LOG_DEBUG, "pid %d: %s (%.3f ms, at %.6f s)", (int)fuse_req_ctx(req)->pid, line,
+            1e3 * zm__seconds_between(&zm__request_began, &now), zm__seconds_between(&fs->began, &now));
 }
 
 /* -d logs every request; the arguments are not even formatted otherwise. */
@@ -1552,6 +1571,7 @@ int zm_fs_main(int argc, char **argv)
     mallopt(M_ARENA_MAX, cores > 1 ? (int)cores : 1);
     zm__fs fs;
     memset(&fs, 0, sizeof fs);
+    clock_gettime(CLOCK_MONOTONIC, &fs.began);
     pthread_mutex_init(&fs.handles_lock, NULL);
     pthread_mutex_init(&fs.listing_lock, NULL);
     fs.handles.next = fs.handles.previous = &fs.handles;

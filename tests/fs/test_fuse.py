@@ -15,6 +15,7 @@ and the end of the run unmounts anything left.
 import errno
 import mmap
 import os
+import re
 import shutil
 import signal
 import stat
@@ -482,6 +483,15 @@ def test_read_only():
         check("EROFS: open for writing (or its write) refused by the daemon",
               "for writing: read-only" in log or "write: read-only" in log)
     check("-d: logs every request", "lookup README: inode" in mount.log() and "pid " in mount.log())
+    # Each request's line ends with how long it took and when it was answered since the mount
+    # began.
+    timed = re.findall(r"pid \d+: lookup README: inode .* \((\d+\.\d{3}) ms, at (\d+\.\d{6}) s\)$",
+                       mount.log(), re.M)
+    check("-d: a request's line says how long it took and when", timed != [], mount.log()[-2000:])
+    answered = [float(at) for line in mount.log().splitlines()
+                for at in re.findall(r"pid \d+: .* \(\d+\.\d{3} ms, at (\d+\.\d{6}) s\)$", line)]
+    check("-d: times since the mount began, none negative",
+          len(answered) > 10 and min(answered) >= 0 and all(float(took) >= 0 for took, _ in timed), str(answered[:5]))
 
 
 def test_concurrency():

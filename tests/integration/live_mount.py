@@ -260,9 +260,11 @@ def as_logged(path):
 
 
 def missing_lines(log):
-    """{logged path: [reason, ...]} of every "lookup PATH: missing: REASON" line."""
+    """{logged path: [reason, ...]} of every "lookup PATH: missing: REASON" line (without the
+    request's time, which -d adds at the end)."""
     found = {}
-    for match in re.finditer(rb"lookup (.*?): missing: (.*)", log):
+    for match in re.finditer(rb"lookup (.*?): missing: (.*?)(?: \(\d+\.\d{3} ms, at \d+\.\d{6} s\))?$", log,
+                             re.M):
         found.setdefault(match.group(1), []).append(match.group(2))
     return found
 
