@@ -28,10 +28,11 @@ static const char usage[] =
     "  explain   what a path of the tree is (a view: method, n, k and how it came\n"
     "            from a share, seed, settings, digest, strata, first cells), or why\n"
     "            it does not exist (exit 2); reads no chunk\n"
-    "  stats     a mount's counters, per view and in total (lookups, reads, chunks\n"
-    "            synthesized, cache hits and misses, source chunks and bytes read,\n"
-    "            refused paths, work in progress) from MOUNTPOINT/.zarrmount/stats.json:\n"
-    "            a table, --json for the JSON itself, --watch to redraw every second\n"
+    "  stats     a mount's counters, per view and in total (lookups, reads, the\n"
+    "            daemon's time over them, chunks synthesized, cache hits and misses,\n"
+    "            source chunks and bytes read, refused paths, work in progress) from\n"
+    "            MOUNTPOINT/.zarrmount/stats.json: a table, --json for the JSON\n"
+    "            itself, --watch to redraw every second\n"
     "\n"
     "Mount: zarrmount [options] SOURCE MOUNTPOINT (the options: zarrmount --help, docs/mount.md)\n";
 

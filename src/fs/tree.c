@@ -65,6 +65,10 @@ typedef struct view_stats {
      * listing (fs/push.h), and their bytes. */
     _Atomic uint64_t pushed_files, pushed_bytes;
     _Atomic uint64_t builds, build_nanoseconds;
+    /* Time the daemon took over its lookups, listings and reads (building
+     * it, making files and the reads from disk included): against a
+     * reader's own time, which side the time went to. */
+    _Atomic uint64_t busy_nanoseconds;
     zm_cache_account cache; /* its gets of synthesized files, and what its loads hold */
     zm_source_tally source; /* what making its files read */
     zm_source_tally build;  /* what building it read (its cells, index pointers) */
@@ -2023,7 +2027,7 @@ static json_t *tally_json(const zm_source_tally *s)
 /* The requests of a view (or outside views, or a total). */
 typedef struct requests {
     uint64_t lookups, opens, listings, reads, bytes_served, refused, chunks_made, documents_made;
-    uint64_t passthrough_opens, passthrough_bytes, pushed_files, pushed_bytes;
+    uint64_t passthrough_opens, passthrough_bytes, pushed_files, pushed_bytes, busy_nanoseconds;
 } requests;
 
 static void add_requests(requests *r, const view_stats *vs)
@@ -2040,18 +2044,20 @@ static void add_requests(requests *r, const view_stats *vs)
     r->passthrough_bytes += vs->passthrough_bytes;
     r->pushed_files += vs->pushed_files;
     r->pushed_bytes += vs->pushed_bytes;
+    r->busy_nanoseconds += vs->busy_nanoseconds;
 }
 
 static json_t *requests_json(const requests *r)
 {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I}, s:{s:I, s:I}}", "lookups",
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I}, s:{s:I, s:I}, s:f}", "lookups",
                      (json_int_t)r->lookups, "opens", (json_int_t)r->opens, "listings",
                      (json_int_t)r->listings, "reads", (json_int_t)r->reads, "bytesServed",
                      (json_int_t)r->bytes_served, "refused", (json_int_t)r->refused,
                      "chunksSynthesized", (json_int_t)r->chunks_made, "documentsSynthesized",
                      (json_int_t)r->documents_made, "passthrough", "opens",
                      (json_int_t)r->passthrough_opens, "bytes", (json_int_t)r->passthrough_bytes,
-                     "pushed", "files", (json_int_t)r->pushed_files, "bytes", (json_int_t)r->pushed_bytes);
+                     "pushed", "files", (json_int_t)r->pushed_files, "bytes", (json_int_t)r->pushed_bytes,
+                     "daemonSeconds", rounded((double)r->busy_nanoseconds / 1e9, 1e-6));
 }
 
 static json_t *view_json(zm_tree *t, const view_stats *vs)
@@ -2555,6 +2561,7 @@ int zm__tree_kept_on_disk(zm_tree *t)
 
 int zm__tree_lookup(zm_tree *t, const char *path, zm_node *node, zm_err *err)
 {
+    int64_t began = monotonic_ns();
     target tg;
     int rc = parse_path(t, path, &tg, err);
     view_stats *vs = rc == 0 ? stats_of_target(t, &tg) : &t->outside;
@@ -2563,6 +2570,7 @@ int zm__tree_lookup(zm_tree *t, const char *path, zm_node *node, zm_err *err)
         rc = lookup_target(t, path, &tg, vs, node, err);
     if (rc == -ENOENT)
         note_refusal(t, vs, path, err);
+    vs->busy_nanoseconds += (uint64_t)(monotonic_ns() - began);
     return rc;
 }
 
@@ -2801,6 +2809,7 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
 
 int zm__tree_list(zm_tree *t, const char *path, zm__tree_emit emit, void *context, zm_err *err)
 {
+    int64_t began = monotonic_ns();
     target tg;
     int rc = parse_path(t, path, &tg, err);
     view_stats *vs = rc == 0 ? stats_of_target(t, &tg) : &t->outside;
@@ -2809,6 +2818,7 @@ int zm__tree_list(zm_tree *t, const char *path, zm__tree_emit emit, void *contex
         rc = list_target(t, path, &tg, emit, context, err);
     if (rc == -ENOENT)
         note_refusal(t, vs, path, err);
+    vs->busy_nanoseconds += (uint64_t)(monotonic_ns() - began);
     return rc;
 }
 
@@ -2867,6 +2877,7 @@ static int read_target(zm_tree *t, const char *path, const target *target_in, ui
 int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, void *buffer,
                   size_t *done, zm_err *err)
 {
+    int64_t began = monotonic_ns();
     *done = 0;
     target tg;
     uint64_t serial = snapshot_serial_of(path);
@@ -2879,6 +2890,7 @@ int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, vo
         vs->bytes_served += *done;
     else if (rc == -ENOENT)
         note_refusal(t, vs, path, err);
+    vs->busy_nanoseconds += (uint64_t)(monotonic_ns() - began);
     return rc;
 }
 

@@ -244,6 +244,17 @@ def check_file_view(path, h5, label):
               delta(v3, v2, "chunksSynthesized") == 0 and
               delta(v3, v2, "source", "chunksDecoded") == 0 and
               delta(v3, v2, "source", "bytesRead") == 0, (v2, v3))
+        # The daemon's time over the view's requests: it grew with them, holds the view's
+        # builds (made during a lookup), and the total holds every view's.
+        check(f"{label}: daemonSeconds grows with the requests answered",
+              v1["daemonSeconds"] > 0 and delta(v2, v1, "daemonSeconds") > 0 and
+              delta(v3, v2, "daemonSeconds") >= 0, (v1["daemonSeconds"], v2["daemonSeconds"], v3["daemonSeconds"]))
+        check(f"{label}: ... and holds the view's builds",
+              v3["daemonSeconds"] + 0.0015 >= v3["build"]["seconds"], (v3["daemonSeconds"], v3["build"]))
+        check(f"{label}: ... the total holds every view's and the outside's",
+              s3["total"]["daemonSeconds"] + 1e-5 * (len(s3["views"]) + 1) >=
+              sum(x["daemonSeconds"] for x in s3["views"].values()) + s3["outsideViews"]["daemonSeconds"],
+              (s3["total"]["daemonSeconds"], {k: x["daemonSeconds"] for k, x in s3["views"].items()}))
 
         # The entries of a sparse matrix: the data chunks of its first entries.
         entries = json.loads(read_file(os.path.join(root, "X/data/.zarray")))["chunks"][0]
