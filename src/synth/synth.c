@@ -1055,6 +1055,15 @@ static int records_chunk(zm_view *view, const zm_store_node *node, uint64_t from
 static int span_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w,
                      const uint32_t *inverse, uint8_t *out, uint64_t v0, uint64_t v1);
 
+/* Bytes of one index along dimension 0 of an array node. */
+static uint64_t row_bytes_of(const zm_store_node *node)
+{
+    uint64_t bytes = node->value_size;
+    for (unsigned d = 1; d < node->meta.rank; d++)
+        bytes *= node->meta.shape[d];
+    return bytes;
+}
+
 /* Values of rows [from, to) of an array node (numbers, not strings) into
  * out, rows after rows. */
 static int fill_chunk(zm_view *view, const zm_store_node *node, uint64_t from, uint64_t to,
@@ -1081,9 +1090,7 @@ static int fill_chunk(zm_view *view, const zm_store_node *node, uint64_t from, u
             /* The whole of a reordered column in one chunk (the codes of a
              * million cells): read in spans, each kept row copied to its
              * place, as a walk does; a range a row took ten times as long. */
-            struct zm_walk whole = {.row_bytes = node->value_size};
-            for (unsigned d = 1; d < node->meta.rank; d++)
-                whole.row_bytes *= node->meta.shape[d];
+            struct zm_walk whole = {.row_bytes = row_bytes_of(node)};
             zm_err_clear(&whole.err);
             const uint32_t *inverse = zm_view_inverse(view, err);
             rc = inverse == NULL ? err->code : span_walk(view, node, &whole, inverse, out, 0, to);
@@ -1574,11 +1581,8 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
         }
         return rc;
     }
-    uint64_t per_row = node->value_size;
-    for (unsigned d = 1; d < node->meta.rank; d++)
-        per_row *= node->meta.shape[d];
-    w->row_bytes = per_row;
-    w->size = (size_t)(node->meta.shape[0] * per_row);
+    w->row_bytes = row_bytes_of(node);
+    w->size = (size_t)(node->meta.shape[0] * w->row_bytes);
     if (w->size == 0)
         return 0;
     w->claimed = claim_reclaiming(w->size, w);
