@@ -153,6 +153,10 @@ int zm_cellset_decode(const uint8_t *bytes, size_t length, uint64_t n, uint32_t 
 
 /* ---- Names -------------------------------------------------------------- */
 
+/* Sorts values ascending in O(count) (the kernel's LSD radix sort): views
+ * sort their cells by source position with it. */
+int zm_sort_u64(uint64_t *values, uint64_t count, zm_err *err);
+
 const char *zm_method_name(zm_method method);
 int zm_method_from_name(const char *name, zm_method *method);
 const char *zm_allocation_name(zm_allocation allocation);

@@ -166,10 +166,31 @@ typedef struct zm_view_sparse_info {
     int per_cell_columns;/* columns are cells too (obsp): renumbered, others dropped */
     uint64_t rows;       /* view rows (major dimension) */
     const int64_t *indptr; /* view pointers, rows + 1 */
-    const int64_t *source_indptr; /* the source's pointers */
+    /* Where each view row's entries lie in the source (zm_view_source_range):
+     * by the source's pointers (source_indptr, by source row), or, for a
+     * subsample of cells as rows, by view row (source_start; source_end when
+     * cells are the columns too, else the length is the view's). */
+    const int64_t *source_indptr;
+    const int64_t *source_start, *source_end;
+    const uint32_t *order; /* the view's order: source row of each view row */
 } zm_view_sparse_info;
 int zm_view_sparse_get(zm_view *view, zm_view_sparse *sparse, zm_view_sparse_info *info,
                        zm_err *err);
+
+/* The source entries [*start, *end) of view row v. */
+static inline void zm_view_source_range(const zm_view_sparse_info *s, uint64_t v, uint64_t *start,
+                                        uint64_t *end)
+{
+    if (s->source_start != NULL) {
+        *start = (uint64_t)s->source_start[v];
+        *end = s->source_end ? (uint64_t)s->source_end[v]
+                             : *start + (uint64_t)(s->indptr[v + 1] - s->indptr[v]);
+        return;
+    }
+    uint64_t m = s->per_cell_rows ? s->order[v] : v;
+    *start = (uint64_t)s->source_indptr[m];
+    *end = (uint64_t)s->source_indptr[m + 1];
+}
 /* The view position of each source cell, or ZM_VIEW_NOT_KEPT: 4 bytes a
  * source cell, made on first use. */
 #define ZM_VIEW_NOT_KEPT UINT32_MAX

@@ -249,3 +249,8 @@ int zm__lowest_ranked(uint64_t count, uint64_t m, uint32_t key, uint32_t *ids, z
                           (unsigned long long)kept, (unsigned long long)m);
     return 0;
 }
+
+int zm_sort_u64(uint64_t *values, uint64_t count, zm_err *err)
+{
+    return zm__radix_sort_u64(values, count, err);
+}

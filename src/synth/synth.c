@@ -924,7 +924,8 @@ static int entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, 
                 pairs[i] = (pair){first + i, i};
         for (uint64_t i = 0; i < majors; i++) {
             uint64_t v = first + pairs[i].slot; /* the view major */
-            uint64_t source_start = (uint64_t)s.source_indptr[pairs[i].source];
+            uint64_t source_start, source_end;
+            zm_view_source_range(&s, v, &source_start, &source_end);
             uint64_t vstart = (uint64_t)s.indptr[v], vend = (uint64_t)s.indptr[v + 1];
             uint64_t a = vstart > e0 ? vstart : e0, b2 = vend < e1 ? vend : e1;
             uint64_t sstart = source_start + (a - vstart);
@@ -963,8 +964,7 @@ static int entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, 
         qsort(pairs, majors, sizeof *pairs, by_source);
     uint64_t total = 0;
     for (uint64_t i = 0; i < majors; i++) {
-        ranges[i] = (zm_range){(uint64_t)s.source_indptr[pairs[i].source],
-                               (uint64_t)s.source_indptr[pairs[i].source + 1]};
+        zm_view_source_range(&s, pairs[i].slot, &ranges[i].start, &ranges[i].end);
         total += ranges[i].end - ranges[i].start;
     }
     uint8_t *indices = malloc(total * index_size + 1);
@@ -1329,12 +1329,24 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
         uint64_t bytes = 0;
         for (; p < n && count < batch; p++) {
             /* The view's pointers are read in random order: ask ahead. */
-            if (s && p + 16 < n && inverse[p + 16] != ZM_VIEW_NOT_KEPT)
+            if (s && p + 16 < n && inverse[p + 16] != ZM_VIEW_NOT_KEPT) {
                 __builtin_prefetch(&s->indptr[inverse[p + 16]]);
+                if (s->source_start)
+                    __builtin_prefetch(&s->source_start[inverse[p + 16]]);
+            }
             if (inverse[p] == ZM_VIEW_NOT_KEPT)
                 continue;
-            uint64_t length = s ? (uint64_t)(s->source_indptr[p + 1] - s->source_indptr[p]) * value_size
-                                : w->row_bytes;
+            /* The row's source entries: by source row, or (a subsample's
+             * pointers) by view row, as long as its view row. */
+            uint64_t from = 0, to = 0;
+            if (s && s->source_start) {
+                from = (uint64_t)s->source_start[inverse[p]];
+                to = from + (uint64_t)(s->indptr[inverse[p] + 1] - s->indptr[inverse[p]]);
+            } else if (s) {
+                from = (uint64_t)s->source_indptr[p];
+                to = (uint64_t)s->source_indptr[p + 1];
+            }
+            uint64_t length = s ? (to - from) * value_size : w->row_bytes;
             if (count > 0 && bytes + length > capacity)
                 break;
             rows[count] = p;
@@ -1352,7 +1364,7 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
             } else
                 dest[count] = s ? (uint64_t)s->indptr[inverse[p]] : inverse[p];
             if (s)
-                ranges[count] = (zm_range){(uint64_t)s->source_indptr[p], (uint64_t)s->source_indptr[p + 1]};
+                ranges[count] = (zm_range){from, to};
             count++;
             bytes += length;
         }
@@ -1520,7 +1532,6 @@ static int in_order_walk(zm_view *view, const zm_store_node *node, struct zm_wal
     int rc = zm_view_sparse_get(view, node->sparse, &s, err);
     if (rc != 0)
         return rc;
-    const uint32_t *order = zm_view_order(view);
     size_t size = node->value_size;
     int spill = w->bytes == NULL;
     if (spill && (w->fd = spill_file(err)) < 0)
@@ -1532,8 +1543,9 @@ static int in_order_walk(zm_view *view, const zm_store_node *node, struct zm_wal
     for (uint64_t m0 = 0; rc == 0 && m0 < s.rows;) {
         uint64_t m1 = m0, entries = 0;
         while (m1 < s.rows && (m1 == m0 || entries < limit)) {
-            uint64_t source = s.per_cell_rows ? order[m1] : m1;
-            entries += (uint64_t)(s.source_indptr[source + 1] - s.source_indptr[source]);
+            uint64_t start, end;
+            zm_view_source_range(&s, m1, &start, &end);
+            entries += end - start;
             m1++;
         }
         uint64_t e0 = (uint64_t)s.indptr[m0], e1 = (uint64_t)s.indptr[m1];

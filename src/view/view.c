@@ -17,7 +17,13 @@ struct zm_view_sparse {
     int major_is_cell, minor_is_cell;
     uint64_t majors;          /* view majors (rows of CSR, columns of CSC) */
     int64_t *indptr;          /* view pointers, majors + 1 */
-    int64_t *source_indptr;   /* source pointers, source majors + 1 */
+    /* Where each major's entries lie in the source: the source's pointers
+     * (source majors + 1), or, for a subsample's cells as majors, each view
+     * major's first entry (source_start) and, when its cells are the minors
+     * too, its end (source_end): 8 or 16 bytes a kept cell, not 8 a source
+     * cell. */
+    int64_t *source_indptr;
+    int64_t *source_start, *source_end;
 };
 
 struct zm_view {
@@ -60,16 +66,23 @@ static void node_free(zm_store_node *node)
     free(node);
 }
 
+static void sparse_free(zm_view_sparse *s)
+{
+    if (s->indptr != s->source_indptr)
+        free(s->indptr);
+    free(s->source_indptr);
+    free(s->source_start);
+    free(s->source_end);
+    free(s);
+}
+
 void zm_view_free(zm_view *view)
 {
     if (view == NULL)
         return;
     node_free(view->root);
     for (size_t i = 0; i < view->sparse_count; i++) {
-        if (view->sparses[i]->indptr != view->sparses[i]->source_indptr)
-            free(view->sparses[i]->indptr);
-        free(view->sparses[i]->source_indptr);
-        free(view->sparses[i]);
+        sparse_free(view->sparses[i]);
     }
     free(view->sparses);
     free(view->order);
@@ -235,13 +248,16 @@ void zm_view_request_free(zm_view_request *request)
 
 /* ---- Sparse layout ----------------------------------------------------------- */
 
-static int compare_u32(const void *a, const void *b)
+/* Value i of raw, integers of the pointer array's type, as int64. */
+static int64_t pointer_at(const zm_array_info *info, const uint8_t *raw, uint64_t i)
 {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
+    uint64_t u = 0;
+    memcpy(&u, raw + i * info->dtype.size, info->dtype.size);
+    if (info->dtype.type_class == ZM_TYPE_INT && info->dtype.size < 8 &&
+        (u >> (info->dtype.size * 8 - 1)) & 1)
+        u |= ~0ULL << (info->dtype.size * 8);
+    return (int64_t)u;
 }
-
-static void zm__sort_u32(uint32_t *values, uint64_t n) { qsort(values, n, sizeof *values, compare_u32); }
 
 static int read_int64s(zm_source *source, const zm_array *array, int64_t **out, zm_err *err)
 {
@@ -271,27 +287,35 @@ static int read_int64s(zm_source *source, const zm_array *array, int64_t **out, 
 }
 
 /* The pointers of the view's cells only (m and m + 1 for each kept major
- * m, every other entry 0): a subsample reads the indptr chunks its cells lie
- * in, not the whole pointer array. */
-static int read_pointers_of(zm_view *view, const zm_array *indptr, uint64_t majors, int64_t **out,
-                            zm_err *err)
+ * m), by view row: start[v] and end[v] for v's cell. A subsample reads the
+ * indptr chunks its cells lie in, not the whole pointer array, and holds
+ * what it read by its own rows. */
+static int read_pointers_of(zm_view *view, const zm_array *indptr, int64_t **start_out,
+                            int64_t **end_out, zm_err *err)
 {
     const zm_array_info *info = zm_array_describe(indptr);
     uint64_t n = view->rows;
     uint64_t *rows = malloc(2 * (n ? n : 1) * sizeof *rows);
-    uint32_t *sorted = malloc((n ? n : 1) * sizeof *sorted);
-    int64_t *pointers = calloc(majors + 1, sizeof *pointers);
+    /* Each cell as source row << bits | view row: sorted by source row in
+     * as few radix passes as the two need bits. */
+    unsigned bits = 1;
+    while (bits < 32 && ((uint64_t)1 << bits) < n)
+        bits++;
+    uint64_t *cells = malloc((n ? n : 1) * sizeof *cells);
+    int64_t *start = big_alloc((n ? n : 1) * sizeof *start);
+    int64_t *end = big_alloc((n ? n : 1) * sizeof *end);
     uint8_t *raw = malloc(2 * (n ? n : 1) * info->dtype.size);
-    int rc = rows && sorted && pointers && raw ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
-    if (rc == 0) {
-        memcpy(sorted, view->order, n * sizeof *sorted);
-        zm__sort_u32(sorted, n);
-    }
+    int rc = rows && cells && start && end && raw ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
+    for (uint64_t v = 0; rc == 0 && v < n; v++)
+        cells[v] = (uint64_t)view->order[v] << bits | v;
+    if (rc == 0)
+        rc = zm_sort_u64(cells, n, err);
     uint64_t count = 0;
     for (uint64_t i = 0; rc == 0 && i < n; i++) {
-        if (count == 0 || rows[count - 1] < sorted[i])
-            rows[count++] = sorted[i];
-        rows[count++] = (uint64_t)sorted[i] + 1;
+        uint64_t m = cells[i] >> bits;
+        if (count == 0 || rows[count - 1] < m)
+            rows[count++] = m;
+        rows[count++] = m + 1;
     }
     /* One pass: the pointer chunks only as far as the cells need them. */
     uint64_t *places = rc == 0 ? malloc((count ? count : 1) * sizeof *places) : NULL;
@@ -303,22 +327,25 @@ static int read_pointers_of(zm_view *view, const zm_array *indptr, uint64_t majo
         rc = zm_array_scatter_rows(view->source, indptr, rows, places, count, raw, ZM_READ_PASS,
                                    err);
     free(places);
-    for (uint64_t i = 0; rc == 0 && i < count; i++) {
-        uint64_t u = 0;
-        memcpy(&u, raw + i * info->dtype.size, info->dtype.size);
-        if (info->dtype.type_class == ZM_TYPE_INT && info->dtype.size < 8 &&
-            (u >> (info->dtype.size * 8 - 1)) & 1)
-            u |= ~0ULL << (info->dtype.size * 8);
-        pointers[rows[i]] = (int64_t)u;
+    /* The cells in source order walk the rows read alongside: m is at r
+     * and m + 1 right after it. */
+    for (uint64_t i = 0, r = 0; rc == 0 && i < n; i++) {
+        uint64_t m = cells[i] >> bits, v = cells[i] & (((uint64_t)1 << bits) - 1);
+        while (rows[r] < m)
+            r++;
+        start[v] = pointer_at(info, raw, r);
+        end[v] = pointer_at(info, raw, r + 1);
     }
     free(rows);
-    free(sorted);
+    free(cells);
     free(raw);
     if (rc != 0) {
-        free(pointers);
+        free(start);
+        free(end);
         return rc;
     }
-    *out = pointers;
+    *start_out = start;
+    *end_out = end;
     return 0;
 }
 
@@ -331,9 +358,9 @@ static int read_pointers_of(zm_view *view, const zm_array *indptr, uint64_t majo
 static int check_pointers(const zm_view *view, const zm_element *e, const zm_view_sparse *s,
                           uint64_t source_majors, zm_err *err)
 {
-    const int64_t *p = s->source_indptr;
     int64_t stored = (int64_t)zm_array_describe(e->values)->shape[0];
-    if (!(s->major_is_cell && s->majors < source_majors)) {
+    if (s->source_start == NULL) {
+        const int64_t *p = s->source_indptr;
         if (p[0] != 0)
             return zm_err_set(err, -EIO, "%s: indptr starts at %" PRId64 ", not 0", e->path, p[0]);
         for (uint64_t i = 1; i <= source_majors; i++)
@@ -345,14 +372,14 @@ static int check_pointers(const zm_view *view, const zm_element *e, const zm_vie
                               " stored values", e->path, p[source_majors], stored);
         return 0;
     }
-    for (uint64_t i = 0; i < view->rows; i++) {
-        uint64_t m = view->order[i];
-        if (i + 64 < view->rows)
-            __builtin_prefetch(&p[view->order[i + 64]]);
-        if (p[m] < 0 || p[m + 1] < p[m] || p[m + 1] > stored)
+    for (uint64_t v = 0; v < view->rows; v++) {
+        int64_t from = s->source_start[v], to = s->source_end[v];
+        if (from < 0 || to < from || to > stored) {
+            uint64_t m = view->order[v];
             return zm_err_set(err, -EIO, "%s: indptr entries %" PRIu64 " and %" PRIu64 " are %" PRId64
                               " and %" PRId64 ", not a range within the %" PRId64 " stored values",
-                              e->path, m, m + 1, p[m], p[m + 1], stored);
+                              e->path, m, m + 1, from, to, stored);
+        }
     }
     return 0;
 }
@@ -428,7 +455,7 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
     uint64_t source_majors = csr ? e->shape[0] : e->shape[1];
     s->majors = s->major_is_cell ? view->rows : source_majors;
     int rc = s->major_is_cell && s->majors < source_majors
-                 ? read_pointers_of(view, e->indptr, source_majors, &s->source_indptr, err)
+                 ? read_pointers_of(view, e->indptr, &s->source_start, &s->source_end, err)
                  : read_int64s(view->source, e->indptr, &s->source_indptr, err);
     if (rc == 0)
         rc = check_pointers(view, e, s, source_majors, err);
@@ -442,7 +469,15 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
     const uint32_t *inverse = NULL;
     if (rc == 0 && s->minor_is_cell && (inverse = zm_view_inverse(view, err)) == NULL)
         rc = -ENOMEM;
-    if (rc == 0 && !same && !s->minor_is_cell) {
+    if (rc == 0 && !same && !s->minor_is_cell && s->source_start != NULL) {
+        /* A subsample, every entry of each kept cell: its pointers are held
+         * by view row already. Its length is the view's, so the end goes. */
+        s->indptr[0] = 0;
+        for (uint64_t i = 0; i < s->majors; i++)
+            s->indptr[i + 1] = s->indptr[i] + (s->source_end[i] - s->source_start[i]);
+        free(s->source_end);
+        s->source_end = NULL;
+    } else if (rc == 0 && !same && !s->minor_is_cell) {
         /* Every entry of each major kept: the lengths in the view's order
          * (read at random, on several threads at atlas scale), then their
          * running sum. */
@@ -457,9 +492,10 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
         for (uint64_t i = 0; rc == 0 && i < s->majors; i++) {
             uint64_t m = s->major_is_cell ? view->order[i] : i;
             /* Cells in view order read the pointers at random: ask ahead. */
-            if (s->major_is_cell && i + 64 < s->majors)
+            if (s->source_start == NULL && s->major_is_cell && i + 64 < s->majors)
                 __builtin_prefetch(&s->source_indptr[view->order[i + 64]]);
-            int64_t from = s->source_indptr[m], to = s->source_indptr[m + 1];
+            int64_t from = s->source_start ? s->source_start[i] : s->source_indptr[m];
+            int64_t to = s->source_start ? s->source_end[i] : s->source_indptr[m + 1];
             int64_t kept = to - from;
             if (s->minor_is_cell && kept > 0) {
                 const zm_array_info *info = zm_array_describe(e->indices);
@@ -476,18 +512,12 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
         }
     }
     if (rc != 0) {
-        if (s->indptr != s->source_indptr)
-            free(s->indptr);
-        free(s->source_indptr);
-        free(s);
+        sparse_free(s);
         return rc;
     }
     zm_view_sparse **list = realloc(view->sparses, (view->sparse_count + 1) * sizeof *list);
     if (list == NULL) {
-        if (s->indptr != s->source_indptr)
-            free(s->indptr);
-        free(s->source_indptr);
-        free(s);
+        sparse_free(s);
         return zm_err_set(err, -ENOMEM, "out of memory");
     }
     view->sparses = list;
@@ -499,7 +529,6 @@ static int sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **ou
 int zm_view_sparse_get(zm_view *view, zm_view_sparse *sparse, zm_view_sparse_info *info,
                        zm_err *err)
 {
-    (void)view;
     (void)err;
     info->element = sparse->element;
     info->per_cell_rows = sparse->major_is_cell;
@@ -507,6 +536,9 @@ int zm_view_sparse_get(zm_view *view, zm_view_sparse *sparse, zm_view_sparse_inf
     info->rows = sparse->majors;
     info->indptr = sparse->indptr;
     info->source_indptr = sparse->source_indptr;
+    info->source_start = sparse->source_start;
+    info->source_end = sparse->source_end;
+    info->order = view->order;
     return 0;
 }
 
