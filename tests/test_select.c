@@ -489,6 +489,42 @@ static int compare_u32_test(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static int compare_u64_test(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* zm_sort_u64 (views sort cells as source row << bits | view row with it)
+ * against qsort: keys of every width, small and wide, duplicates, the
+ * extremes. */
+Test(rank, sort_u64_matches_qsort)
+{
+    const uint64_t counts[] = {0, 1, 2, 17, 1000, 65537, 300000};
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+        for (int shape = 0; shape < 4; shape++) {
+            uint64_t n = counts[c];
+            uint64_t *values = malloc((n ? n : 1) * sizeof *values);
+            uint64_t *expected = malloc((n ? n : 1) * sizeof *expected);
+            uint64_t state = 0xD1B54A32D192ED03ull * (c + 1) + (uint64_t)shape;
+            for (uint64_t i = 0; i < n; i++) {
+                state = state * 6364136223846793005ull + 1442695040888963407ull;
+                values[i] = shape == 0 ? state                          /* all 64 bits */
+                            : shape == 1 ? (state >> 20) << 20 | i % 1024 /* row << bits | view row */
+                            : shape == 2 ? (state % 5) * 0x3FFFFFFFFFFFFFFFull /* duplicates, extremes */
+                                         : n - i;                         /* small, descending */
+                expected[i] = values[i];
+            }
+            zm_err err = {0};
+            cr_assert_eq(zm_sort_u64(values, n, &err), 0, "%s", err.reason);
+            qsort(expected, n, sizeof *expected, compare_u64_test);
+            cr_expect(n == 0 || memcmp(values, expected, n * sizeof *values) == 0,
+                      "count %llu, shape %d: not sorted like qsort", (unsigned long long)n, shape);
+            free(values);
+            free(expected);
+        }
+}
+
 /* The radix sort against qsort: spread values (one pass on the top digit,
  * then buckets sorted in cache), values piled into few buckets (plain
  * passes), small counts, duplicates, and the extremes. */
