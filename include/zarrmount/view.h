@@ -196,4 +196,69 @@ static inline void zm_view_source_range(const zm_view_sparse_info *s, uint64_t v
 #define ZM_VIEW_NOT_KEPT UINT32_MAX
 const uint32_t *zm_view_inverse(zm_view *view, zm_err *err);
 
+/* The view's cells in source order, as walks visit them: through the
+ * inverse map (a view of most of the source's cells), or, for a subsample
+ * of at most half of them, a list sorted by source row (8 bytes a kept
+ * cell, not 4 a source cell). Go through it with a cursor: */
+typedef struct zm_view_kept {
+    const uint32_t *inverse; /* source row → view row, or NULL: */
+    const uint64_t *cells;   /* source row << bits | view row, ascending */
+    unsigned bits;
+    uint64_t count;          /* cells in the view */
+    uint64_t n;              /* cells in the source */
+} zm_view_kept;
+int zm_view_kept_get(zm_view *view, zm_view_kept *kept, zm_err *err);
+
+/* A cursor at the first kept cell whose source row is p or later. */
+static inline uint64_t zm_view_kept_seek(const zm_view_kept *k, uint64_t p)
+{
+    if (k->inverse != NULL)
+        return p;
+    uint64_t lo = 0, hi = k->count;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if ((k->cells[mid] >> k->bits) < p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The kept cell at *cursor, if its source row is below p1: 1 with its
+ * source row *p and view row *v, the cursor past it; else 0. */
+static inline int zm_view_kept_next(const zm_view_kept *k, uint64_t *cursor, uint64_t p1, uint64_t *p,
+                                    uint64_t *v)
+{
+    if (k->inverse != NULL) {
+        uint64_t c = *cursor;
+        while (c < p1 && k->inverse[c] == ZM_VIEW_NOT_KEPT)
+            c++;
+        if (c >= p1) {
+            *cursor = c;
+            return 0;
+        }
+        *p = c;
+        *v = k->inverse[c];
+        *cursor = c + 1;
+        return 1;
+    }
+    if (*cursor >= k->count || (k->cells[*cursor] >> k->bits) >= p1)
+        return 0;
+    *p = k->cells[*cursor] >> k->bits;
+    *v = k->cells[*cursor] & (((uint64_t)1 << k->bits) - 1);
+    (*cursor)++;
+    return 1;
+}
+
+/* The view row of the cell `ahead` places past the cursor, or
+ * ZM_VIEW_NOT_KEPT: for asking ahead for what it will need. */
+static inline uint64_t zm_view_kept_ahead(const zm_view_kept *k, uint64_t cursor, uint64_t ahead)
+{
+    if (k->inverse != NULL)
+        return cursor + ahead < k->n ? k->inverse[cursor + ahead] : ZM_VIEW_NOT_KEPT;
+    return cursor + ahead < k->count ? k->cells[cursor + ahead] & (((uint64_t)1 << k->bits) - 1)
+                                     : ZM_VIEW_NOT_KEPT;
+}
+
 #endif

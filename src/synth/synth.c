@@ -422,18 +422,15 @@ static pair *sorted_rows(const zm_view *view, uint64_t from, uint64_t to)
     pair *pairs = malloc((to - from ? to - from : 1) * sizeof *pairs);
     if (pairs == NULL)
         return NULL;
-    if (from == 0 && to == zm_view_rows(view) && to > 4096) {
-        /* Every row of the view (a walk): the inverse map lists them in
-         * source order in O(n), no sort. */
-        zm_err err;
-        const uint32_t *inverse = zm_view_inverse((zm_view *)view, &err);
-        if (inverse != NULL) {
-            uint64_t n = zm_source_n_obs(zm_view_source(view)), at = 0;
-            for (uint64_t p = 0; p < n; p++)
-                if (inverse[p] != ZM_VIEW_NOT_KEPT)
-                    pairs[at++] = (pair){p, inverse[p]};
-            return pairs;
-        }
+    zm_err err;
+    zm_view_kept kept;
+    if (from == 0 && to == zm_view_rows(view) && to > 4096 && zm_view_kept_get((zm_view *)view, &kept, &err) == 0) {
+        /* Every row of the view (a walk): the view's cells in source
+         * order, no sort. */
+        uint64_t cursor = zm_view_kept_seek(&kept, 0), at = 0, p, v;
+        while (at < to && zm_view_kept_next(&kept, &cursor, kept.n, &p, &v))
+            pairs[at++] = (pair){p, v};
+        return pairs;
     }
     int ascending = 1;
     for (uint64_t i = from; i < to; i++) {
@@ -456,19 +453,18 @@ static int cell_rows(zm_view *view, const zm_array *array, uint64_t from, uint64
     uint64_t *slots = malloc(count * sizeof *slots);
     int rc = rows && slots ? 0 : zm_err_set(err, -ENOMEM, "out of memory gathering rows");
     pair *pairs = NULL;
-    const uint32_t *inverse = NULL;
+    zm_view_kept kept;
     zm_err ignored;
     if (rc == 0 && from == 0 && to == zm_view_rows(view) && to > 4096 &&
-        (inverse = zm_view_inverse(view, &ignored)) != NULL) {
-        /* Every row of the view (a walk): the inverse map lists them in
-         * source order, straight into the lists the gather takes (no pairs
-         * between: at atlas scale they were a third of a walk's memory). */
-        uint64_t n = zm_source_n_obs(zm_view_source(view)), at = 0;
-        for (uint64_t p = 0; p < n && at < count; p++)
-            if (inverse[p] != ZM_VIEW_NOT_KEPT) {
-                rows[at] = p;
-                slots[at++] = inverse[p];
-            }
+        zm_view_kept_get(view, &kept, &ignored) == 0) {
+        /* Every row of the view (a walk): its cells in source order,
+         * straight into the lists the gather takes (no pairs between: at
+         * atlas scale they were a third of a walk's memory). */
+        uint64_t cursor = zm_view_kept_seek(&kept, 0), at = 0, p, v;
+        while (at < count && zm_view_kept_next(&kept, &cursor, kept.n, &p, &v)) {
+            rows[at] = p;
+            slots[at++] = v;
+        }
     } else if (rc == 0) {
         pairs = sorted_rows(view, from, to);
         if (pairs == NULL)
@@ -572,9 +568,9 @@ static int spill_strings_walk(zm_view *view, const zm_store_node *node, struct z
 {
     zm_err *err = &w->err;
     zm_source *source = zm_view_source(view);
-    const uint32_t *inverse = zm_view_inverse(view, err);
-    if (inverse == NULL)
-        return -ENOMEM;
+    zm_view_kept kept;
+    if (zm_view_kept_get(view, &kept, err) != 0)
+        return err->code;
     uint64_t per_row = 1;
     for (unsigned d = 1; d < node->meta.rank; d++)
         per_row *= node->meta.shape[d];
@@ -585,25 +581,26 @@ static int spill_strings_walk(zm_view *view, const zm_store_node *node, struct z
     w->block_fill = calloc(chunks, sizeof *w->block_fill);
     uint8_t **buffer = calloc(chunks, sizeof *buffer);
     uint64_t batch = batch_rows() < ((uint64_t)1 << 18) ? batch_rows() : (uint64_t)1 << 18;
-    uint64_t *rows = malloc(batch * sizeof *rows);
-    int rc = w->block_at && w->block_count && w->block_fill && buffer && rows
+    uint64_t *rows = malloc(batch * sizeof *rows), *view_rows = malloc(batch * sizeof *view_rows);
+    int rc = w->block_at && w->block_count && w->block_fill && buffer && rows && view_rows
                  ? 0
                  : zm_err_set(err, -ENOMEM, "out of memory for a spilled walk of strings");
     if (rc == 0 && (w->fd = spill_file(err)) < 0)
         rc = err->code;
-    uint64_t n = zm_source_n_obs(source), file_end = 0;
+    uint64_t n = zm_source_n_obs(source), file_end = 0, cursor = zm_view_kept_seek(&kept, 0);
     for (uint64_t p0 = 0; rc == 0 && p0 < n; p0 += batch) {
-        uint64_t p1 = n - p0 < batch ? n : p0 + batch;
+        uint64_t p1 = n - p0 < batch ? n : p0 + batch, p, v;
         size_t count = 0;
-        for (uint64_t p = p0; p < p1; p++)
-            if (inverse[p] != ZM_VIEW_NOT_KEPT)
-                rows[count++] = p;
+        while (zm_view_kept_next(&kept, &cursor, p1, &p, &v)) {
+            rows[count] = p;
+            view_rows[count++] = v;
+        }
         if (count == 0)
             continue;
         zm_strings got;
         rc = zm_array_read_strings(source, node->source, rows, count, &got, err);
         for (size_t i = 0; rc == 0 && i < count; i++) {
-            uint64_t v = inverse[rows[i]], c = v / chunk_rows;
+            uint64_t v = view_rows[i], c = v / chunk_rows;
             for (uint64_t j = 0; rc == 0 && j < per_row; j++) {
                 uint64_t g = i * per_row + j;
                 uint64_t length = got.offsets[g + 1] - got.offsets[g];
@@ -645,6 +642,7 @@ static int spill_strings_walk(zm_view *view, const zm_store_node *node, struct z
         free(buffer[c]);
     free(buffer);
     free(rows);
+    free(view_rows);
     return end_pass(w, rc, 1, file_end);
 }
 
@@ -1053,7 +1051,7 @@ static int records_chunk(zm_view *view, const zm_store_node *node, uint64_t from
 }
 
 static int span_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w,
-                     const uint32_t *inverse, uint8_t *out, uint64_t v0, uint64_t v1);
+                     const zm_view_kept *kept, uint8_t *out, uint64_t v0, uint64_t v1);
 
 /* Bytes of one index along dimension 0 of an array node. */
 static uint64_t row_bytes_of(const zm_store_node *node)
@@ -1092,9 +1090,9 @@ static int fill_chunk(zm_view *view, const zm_store_node *node, uint64_t from, u
              * place, as a walk does; a range a row took ten times as long. */
             struct zm_walk whole = {.row_bytes = row_bytes_of(node)};
             zm_err_clear(&whole.err);
-            const uint32_t *inverse = zm_view_inverse(view, err);
-            rc = inverse == NULL ? err->code : span_walk(view, node, &whole, inverse, out, 0, to);
-            if (rc != 0 && inverse != NULL)
+            zm_view_kept kept;
+            rc = zm_view_kept_get(view, &kept, err);
+            if (rc == 0 && (rc = span_walk(view, node, &whole, &kept, out, 0, to)) != 0)
                 *err = whole.err;
         } else {
             rc = cell_rows(view, node->source, from, to, out, err);
@@ -1195,7 +1193,7 @@ static void row_extent(const struct zm_walk *w, const zm_view_sparse_info *s, si
  * reads its kept rows only. Listing each row as a range of its own cost
  * about ten times the copy for narrow rows (codes, a float column). */
 static int span_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w,
-                     const uint32_t *inverse, uint8_t *out, uint64_t v0, uint64_t v1)
+                     const zm_view_kept *kept, uint8_t *out, uint64_t v0, uint64_t v1)
 {
     zm_err *err = &w->err;
     zm_source *source = zm_view_source(view);
@@ -1214,33 +1212,34 @@ static int span_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
     uint8_t *buffer = malloc(span * rb);
     uint64_t *rows = malloc(span / 4 * sizeof *rows + 8), *dest = malloc(span / 4 * sizeof *dest + 8);
     int rc = buffer && rows && dest ? 0 : zm_err_set(err, -ENOMEM, "out of memory for a walk");
+    uint64_t cursor = zm_view_kept_seek(kept, 0);
     for (uint64_t p0 = 0; rc == 0 && p0 < n; p0 += span) {
-        uint64_t p1 = n - p0 < span ? n : p0 + span, kept = 0, first = p1, last = p0;
-        /* ZM_VIEW_NOT_KEPT is above every view row: v1 leaves it out. */
-        for (uint64_t p = p0; p < p1; p++)
-            if (inverse[p] >= v0 && inverse[p] < v1) {
-                kept++;
+        uint64_t p1 = n - p0 < span ? n : p0 + span, count = 0, first = p1, last = p0;
+        uint64_t at = cursor, p, v; /* the span's first kept cell */
+        while (zm_view_kept_next(kept, &cursor, p1, &p, &v))
+            if (v >= v0 && v < v1) {
+                count++;
                 first = first < p ? first : p;
                 last = p;
             }
-        if (kept == 0)
+        if (count == 0)
             continue;
-        if (kept * 4 < last + 1 - first) { /* few kept: those rows only */
-            for (uint64_t p = p0, i = 0; p < p1; p++)
-                if (inverse[p] >= v0 && inverse[p] < v1) {
+        if (count * 4 < last + 1 - first) { /* few kept: those rows only */
+            for (uint64_t c = at, i = 0; zm_view_kept_next(kept, &c, p1, &p, &v);)
+                if (v >= v0 && v < v1) {
                     rows[i] = p;
-                    dest[i++] = inverse[p] - v0;
+                    dest[i++] = v - v0;
                 }
-            rc = zm_array_scatter_rows(source, node->source, rows, dest, kept, out, ZM_READ_PASS,
+            rc = zm_array_scatter_rows(source, node->source, rows, dest, count, out, ZM_READ_PASS,
                                        err);
             continue;
         }
         /* From the first row kept to the last: no more than a fraction. */
         rc = zm_array_read_rows_flags(source, node->source, first, last + 1 - first, buffer,
                                       ZM_READ_PASS, err);
-        for (uint64_t p = first; rc == 0 && p <= last; p++)
-            if (inverse[p] >= v0 && inverse[p] < v1)
-                copy_run(out + (inverse[p] - v0) * rb, buffer + (p - first) * rb, rb);
+        for (uint64_t c = at; rc == 0 && zm_view_kept_next(kept, &c, p1, &p, &v);)
+            if (v >= v0 && v < v1)
+                copy_run(out + (v - v0) * rb, buffer + (p - first) * rb, rb);
     }
     free(buffer);
     free(rows);
@@ -1256,7 +1255,7 @@ static int span_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
 #define BANDS_MAX 4
 
 static int banded_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w,
-                       const uint32_t *inverse)
+                       const zm_view_kept *kept)
 {
     zm_err *err = &w->err;
     uint64_t rows = node->meta.shape[0], chunk_rows = node->meta.chunks[0];
@@ -1269,7 +1268,7 @@ static int banded_walk(zm_view *view, const zm_store_node *node, struct zm_walk 
     int rc = out ? 0 : zm_err_set(err, -ENOMEM, "out of memory for a walk");
     for (uint64_t v0 = 0; rc == 0 && v0 < rows; v0 += band) {
         uint64_t v1 = rows - v0 < band ? rows : v0 + band;
-        rc = span_walk(view, node, w, inverse, out, v0, v1);
+        rc = span_walk(view, node, w, kept, out, v0, v1);
         if (rc == 0)
             rc = write_all(w->fd, out, (v1 - v0) * w->row_bytes, v0 * w->row_bytes, err);
     }
@@ -1292,13 +1291,13 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
             return rc;
         s = &sparse;
     }
-    const uint32_t *inverse = zm_view_inverse(view, err);
-    if (inverse == NULL)
-        return -ENOMEM;
+    zm_view_kept kept;
+    if (zm_view_kept_get(view, &kept, err) != 0)
+        return err->code;
     if (!spill && s == NULL)
-        return span_walk(view, node, w, inverse, w->bytes, 0, node->meta.shape[0]);
+        return span_walk(view, node, w, &kept, w->bytes, 0, node->meta.shape[0]);
     if (spill && s == NULL && w->size <= BANDS_MAX * batch_bytes())
-        return banded_walk(view, node, w, inverse);
+        return banded_walk(view, node, w, &kept);
     size_t value_size = node->value_size;
     uint64_t region = node->meta.chunks[0] * w->row_bytes, regions = node->grid[0];
     if (spill && (w->fd = spill_file(err)) < 0)
@@ -1322,37 +1321,41 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
                      (!spill || (filled && counts && at && staging && sorted && where && lengths && chunk_of))
                  ? 0
                  : zm_err_set(err, -ENOMEM, "out of memory for a walk");
-    uint64_t n = zm_source_n_obs(source), p = 0;
-    while (rc == 0 && p < n) {
+    uint64_t n = zm_source_n_obs(source), cursor = zm_view_kept_seek(&kept, 0);
+    for (int more = 1; rc == 0 && more;) {
         /* The next batch: kept source rows in file order. */
         size_t count = 0;
-        uint64_t bytes = 0;
-        for (; p < n && count < batch; p++) {
+        uint64_t bytes = 0, p, v;
+        while (count < batch) {
             /* The view's pointers are read in random order: ask ahead. */
-            if (s && p + 16 < n && inverse[p + 16] != ZM_VIEW_NOT_KEPT) {
-                __builtin_prefetch(&s->indptr[inverse[p + 16]]);
+            uint64_t ahead = zm_view_kept_ahead(&kept, cursor, 16);
+            if (s && ahead != ZM_VIEW_NOT_KEPT) {
+                __builtin_prefetch(&s->indptr[ahead]);
                 if (s->source_start)
-                    __builtin_prefetch(&s->source_start[inverse[p + 16]]);
+                    __builtin_prefetch(&s->source_start[ahead]);
             }
-            if (inverse[p] == ZM_VIEW_NOT_KEPT)
-                continue;
+            uint64_t here = cursor;
+            if (!(more = zm_view_kept_next(&kept, &cursor, n, &p, &v)))
+                break;
             /* The row's source entries: by source row, or (a subsample's
              * pointers) by view row, as long as its view row. */
             uint64_t from = 0, to = 0;
             if (s && s->source_start) {
-                from = (uint64_t)s->source_start[inverse[p]];
-                to = from + (uint64_t)(s->indptr[inverse[p] + 1] - s->indptr[inverse[p]]);
+                from = (uint64_t)s->source_start[v];
+                to = from + (uint64_t)(s->indptr[v + 1] - s->indptr[v]);
             } else if (s) {
                 from = (uint64_t)s->source_indptr[p];
                 to = (uint64_t)s->source_indptr[p + 1];
             }
             uint64_t length = s ? (to - from) * value_size : w->row_bytes;
-            if (count > 0 && bytes + length > capacity)
+            if (count > 0 && bytes + length > capacity) {
+                cursor = here; /* the next batch's first */
                 break;
+            }
             rows[count] = p;
             if (spill) {
                 dest[count] = s ? bytes / value_size : count;
-                uint64_t a = s ? (uint64_t)s->indptr[inverse[p]] * value_size : inverse[p] * w->row_bytes;
+                uint64_t a = s ? (uint64_t)s->indptr[v] * value_size : v * w->row_bytes;
                 uint64_t c = (uint64_t)((double)a * per_region);
                 while (c > 0 && c * region > a)
                     c--;
@@ -1362,7 +1365,7 @@ static int batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
                 lengths[count] = length;
                 chunk_of[count] = (uint32_t)c;
             } else
-                dest[count] = s ? (uint64_t)s->indptr[inverse[p]] : inverse[p];
+                dest[count] = s ? (uint64_t)s->indptr[v] : v;
             if (s)
                 ranges[count] = (zm_range){from, to};
             count++;

@@ -37,6 +37,11 @@ struct zm_view {
     zm_store_node *root;
     pthread_mutex_t mutex;
     uint32_t *inverse;   /* source row → view row or ZM_VIEW_NOT_KEPT, made when first needed */
+    /* A subsample's cells in source order, each source row << by_source_bits
+     * | view row: 8 bytes a kept cell where the inverse map takes 4 a source
+     * cell; made when first needed, for views of at most half the source. */
+    uint64_t *by_source;
+    unsigned by_source_bits;
     zm_view_sparse **sparses;
     size_t sparse_count;
 };
@@ -87,6 +92,7 @@ void zm_view_free(zm_view *view)
     free(view->sparses);
     free(view->order);
     free(view->inverse);
+    free(view->by_source);
     pthread_mutex_destroy(&view->mutex);
     free(view);
 }
@@ -122,6 +128,60 @@ static void *big_alloc(size_t bytes)
         return NULL;
     (void)madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
     return p;
+}
+
+/* The view's cells sorted by source row, each source row << *bits | view
+ * row: the view's own list (a subsample of at most half the source's cells:
+ * kept, *owned NULL) or one made for the caller to free (*owned). */
+static const uint64_t *cells_by_source(zm_view *view, unsigned *bits, uint64_t **owned, zm_err *err)
+{
+    uint64_t n = view->rows;
+    int keep = 2 * n <= zm_source_n_obs(view->source);
+    *owned = NULL;
+    if (keep) {
+        pthread_mutex_lock(&view->mutex);
+        if (view->by_source != NULL) {
+            *bits = view->by_source_bits;
+            pthread_mutex_unlock(&view->mutex);
+            return view->by_source;
+        }
+    }
+    /* As few bits as the view rows need: as few radix passes as the two. */
+    unsigned b = 1;
+    while (b < 32 && ((uint64_t)1 << b) < n)
+        b++;
+    uint64_t *cells = big_alloc((n ? n : 1) * sizeof *cells);
+    int rc = cells ? 0 : zm_err_set(err, -ENOMEM, "out of memory ordering %" PRIu64 " cells", n);
+    for (uint64_t v = 0; rc == 0 && v < n; v++)
+        cells[v] = (uint64_t)view->order[v] << b | v;
+    if (rc == 0)
+        rc = zm_sort_u64(cells, n, err);
+    if (rc != 0) {
+        free(cells);
+        cells = NULL;
+    }
+    if (keep) {
+        view->by_source = cells;
+        view->by_source_bits = b;
+        pthread_mutex_unlock(&view->mutex);
+    } else {
+        *owned = cells;
+    }
+    *bits = b;
+    return cells;
+}
+
+int zm_view_kept_get(zm_view *view, zm_view_kept *kept, zm_err *err)
+{
+    uint64_t n = zm_source_n_obs(view->source);
+    *kept = (zm_view_kept){.count = view->rows, .n = n};
+    if (2 * view->rows > n) {
+        kept->inverse = zm_view_inverse(view, err);
+        return kept->inverse ? 0 : err->code;
+    }
+    uint64_t *owned;
+    kept->cells = cells_by_source(view, &kept->bits, &owned, err);
+    return kept->cells ? 0 : err->code;
 }
 
 const uint32_t *zm_view_inverse(zm_view *view, zm_err *err)
@@ -295,21 +355,16 @@ static int read_pointers_of(zm_view *view, const zm_array *indptr, int64_t **sta
 {
     const zm_array_info *info = zm_array_describe(indptr);
     uint64_t n = view->rows;
+    unsigned bits;
+    uint64_t *owned;
+    const uint64_t *cells = cells_by_source(view, &bits, &owned, err);
+    if (cells == NULL)
+        return err->code;
     uint64_t *rows = malloc(2 * (n ? n : 1) * sizeof *rows);
-    /* Each cell as source row << bits | view row: sorted by source row in
-     * as few radix passes as the two need bits. */
-    unsigned bits = 1;
-    while (bits < 32 && ((uint64_t)1 << bits) < n)
-        bits++;
-    uint64_t *cells = malloc((n ? n : 1) * sizeof *cells);
     int64_t *start = big_alloc((n ? n : 1) * sizeof *start);
     int64_t *end = big_alloc((n ? n : 1) * sizeof *end);
     uint8_t *raw = malloc(2 * (n ? n : 1) * info->dtype.size);
-    int rc = rows && cells && start && end && raw ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
-    for (uint64_t v = 0; rc == 0 && v < n; v++)
-        cells[v] = (uint64_t)view->order[v] << bits | v;
-    if (rc == 0)
-        rc = zm_sort_u64(cells, n, err);
+    int rc = rows && start && end && raw ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
     uint64_t count = 0;
     for (uint64_t i = 0; rc == 0 && i < n; i++) {
         uint64_t m = cells[i] >> bits;
@@ -337,7 +392,7 @@ static int read_pointers_of(zm_view *view, const zm_array *indptr, int64_t **sta
         end[v] = pointer_at(info, raw, r + 1);
     }
     free(rows);
-    free(cells);
+    free(owned);
     free(raw);
     if (rc != 0) {
         free(start);
