@@ -509,10 +509,11 @@ Test(rank, sort_u64_matches_qsort)
             uint64_t state = 0xD1B54A32D192ED03ull * (c + 1) + (uint64_t)shape;
             for (uint64_t i = 0; i < n; i++) {
                 state = state * 6364136223846793005ull + 1442695040888963407ull;
-                values[i] = shape == 0 ? state                          /* all 64 bits */
-                            : shape == 1 ? (state >> 20) << 20 | i % 1024 /* row << bits | view row */
-                            : shape == 2 ? (state % 5) * 0x3FFFFFFFFFFFFFFFull /* duplicates, extremes */
-                                         : n - i;                         /* small, descending */
+                values[i] =
+                    shape == 0   ? state                               /* all 64 bits */
+                    : shape == 1 ? (state >> 20) << 20 | i % 1024      /* row << bits | view row */
+                    : shape == 2 ? (state % 5) * 0x3FFFFFFFFFFFFFFFull /* duplicates, extremes */
+                                 : n - i;                              /* small, descending */
                 expected[i] = values[i];
             }
             zm_err err = {0};

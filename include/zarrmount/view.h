@@ -204,8 +204,8 @@ typedef struct zm_view_kept {
     const uint32_t *inverse; /* source row → view row, or NULL: */
     const uint64_t *cells;   /* source row << bits | view row, ascending */
     unsigned bits;
-    uint64_t count;          /* cells in the view */
-    uint64_t n;              /* cells in the source */
+    uint64_t count; /* cells in the view */
+    uint64_t n;     /* cells in the source */
 } zm_view_kept;
 int zm_view_kept_get(zm_view *view, zm_view_kept *kept, zm_err *err);
 
@@ -227,8 +227,8 @@ static inline uint64_t zm_view_kept_seek(const zm_view_kept *k, uint64_t p)
 
 /* The kept cell at *cursor, if its source row is below p1: 1 with its
  * source row *p and view row *v, the cursor past it; else 0. */
-static inline int zm_view_kept_next(const zm_view_kept *k, uint64_t *cursor, uint64_t p1, uint64_t *p,
-                                    uint64_t *v)
+static inline int zm_view_kept_next(const zm_view_kept *k, uint64_t *cursor, uint64_t p1,
+                                    uint64_t *p, uint64_t *v)
 {
     if (k->inverse != NULL) {
         uint64_t c = *cursor;

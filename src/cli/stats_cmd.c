@@ -117,8 +117,8 @@ static void print_row(FILE *out, int width, const char *name, const json_t *v, c
 {
     char served[32], held[32], read_bytes[32];
     bytes_text(number(v, "bytesServed"), served, sizeof served);
-    fprintf(out, "%-*s %8" PRIu64 " %6" PRIu64 " %8" PRIu64 " %10s %9.3f %7" PRIu64 " %7" PRIu64, width,
-            name, number(v, "lookups"), number(v, "opens"), number(v, "reads"), served,
+    fprintf(out, "%-*s %8" PRIu64 " %6" PRIu64 " %8" PRIu64 " %10s %9.3f %7" PRIu64 " %7" PRIu64,
+            width, name, number(v, "lookups"), number(v, "opens"), number(v, "reads"), served,
             real(v, "daemonSeconds"), number(v, "refused"), number(v, "chunksSynthesized"));
     if (cache != NULL) {
         bytes_text(number(cache, "bytesHeld"), held, sizeof held);
@@ -171,8 +171,8 @@ static void print_table(FILE *out, const char *mountpoint, const json_t *root)
     json_object_foreach((json_t *)views, key, v) if ((int)strlen(key) > width) width =
         (int)strlen(key);
     fprintf(out, "%-*s %8s %6s %8s %10s %9s %7s %7s %7s %7s %8s %10s %10s %10s\n", width, "VIEW",
-            "LOOKUPS", "OPENS", "READS", "SERVED", "DAEMON S", "REFUSED", "CHUNKS", "HITS", "MISSES",
-            "EVICTED", "HELD", "SRC CHUNKS", "SRC READ");
+            "LOOKUPS", "OPENS", "READS", "SERVED", "DAEMON S", "REFUSED", "CHUNKS", "HITS",
+            "MISSES", "EVICTED", "HELD", "SRC CHUNKS", "SRC READ");
     json_object_foreach((json_t *)views, key, v)
     {
         const json_t *source = json_object_get(v, "source");
@@ -193,8 +193,8 @@ static void print_table(FILE *out, const char *mountpoint, const json_t *root)
             "of a\nreader's time is its own and the round trips); CHUNKS: chunks synthesized; "
             "HITS, MISSES,\nEVICTED, HELD: the cache of synthesized files; SRC: source chunks "
             "decoded and bytes read\n(building the view included; the total also opening the "
-            "source).\nSource chunk cache: %" PRIu64
-            " hits, %" PRIu64 " misses, %" PRIu64 " evicted, %s held.\n",
+            "source).\nSource chunk cache: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+            " evicted, %s held.\n",
             number(chunk_cache, "hits"), number(chunk_cache, "misses"),
             number(chunk_cache, "evictions"), held);
     const json_t *disk = json_object_get(root, "diskCache");

@@ -174,7 +174,8 @@ static void zm__trace(fuse_req_t req, const char *fmt, ...)
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     zm__log(LOG_DEBUG, "pid %d: %s (%.3f ms, at %.6f s)", (int)fuse_req_ctx(req)->pid, line,
-            1e3 * zm__seconds_between(&zm__request_began, &now), zm__seconds_between(&fs->began, &now));
+            1e3 * zm__seconds_between(&zm__request_began, &now),
+            zm__seconds_between(&fs->began, &now));
 }
 
 /* -d logs every request; the arguments are not even formatted otherwise. */

@@ -2049,15 +2049,15 @@ static void add_requests(requests *r, const view_stats *vs)
 
 static json_t *requests_json(const requests *r)
 {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I}, s:{s:I, s:I}, s:f}", "lookups",
-                     (json_int_t)r->lookups, "opens", (json_int_t)r->opens, "listings",
-                     (json_int_t)r->listings, "reads", (json_int_t)r->reads, "bytesServed",
-                     (json_int_t)r->bytes_served, "refused", (json_int_t)r->refused,
-                     "chunksSynthesized", (json_int_t)r->chunks_made, "documentsSynthesized",
-                     (json_int_t)r->documents_made, "passthrough", "opens",
-                     (json_int_t)r->passthrough_opens, "bytes", (json_int_t)r->passthrough_bytes,
-                     "pushed", "files", (json_int_t)r->pushed_files, "bytes", (json_int_t)r->pushed_bytes,
-                     "daemonSeconds", rounded((double)r->busy_nanoseconds / 1e9, 1e-6));
+    return json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I}, s:{s:I, s:I}, s:f}", "lookups",
+        (json_int_t)r->lookups, "opens", (json_int_t)r->opens, "listings", (json_int_t)r->listings,
+        "reads", (json_int_t)r->reads, "bytesServed", (json_int_t)r->bytes_served, "refused",
+        (json_int_t)r->refused, "chunksSynthesized", (json_int_t)r->chunks_made,
+        "documentsSynthesized", (json_int_t)r->documents_made, "passthrough", "opens",
+        (json_int_t)r->passthrough_opens, "bytes", (json_int_t)r->passthrough_bytes, "pushed",
+        "files", (json_int_t)r->pushed_files, "bytes", (json_int_t)r->pushed_bytes, "daemonSeconds",
+        rounded((double)r->busy_nanoseconds / 1e9, 1e-6));
 }
 
 static json_t *view_json(zm_tree *t, const view_stats *vs)

@@ -424,7 +424,8 @@ static pair *sorted_rows(const zm_view *view, uint64_t from, uint64_t to)
         return NULL;
     zm_err err;
     zm_view_kept kept;
-    if (from == 0 && to == zm_view_rows(view) && to > 4096 && zm_view_kept_get((zm_view *)view, &kept, &err) == 0) {
+    if (from == 0 && to == zm_view_rows(view) && to > 4096 &&
+        zm_view_kept_get((zm_view *)view, &kept, &err) == 0) {
         /* Every row of the view (a walk): the view's cells in source
          * order, no sort. */
         uint64_t cursor = zm_view_kept_seek(&kept, 0), at = 0, p, v;
@@ -1084,7 +1085,8 @@ static int fill_chunk(zm_view *view, const zm_store_node *node, uint64_t from, u
                     memcpy(out + (r * columns + j) * node->value_size,
                            rows + (r * width + order[j]) * node->value_size, node->value_size);
             free(rows);
-        } else if (from == 0 && to == node->meta.shape[0] && to > 4096 && !zm_view_is_identity(view)) {
+        } else if (from == 0 && to == node->meta.shape[0] && to > 4096 &&
+                   !zm_view_is_identity(view)) {
             /* The whole of a reordered column in one chunk (the codes of a
              * million cells): read in spans, each kept row copied to its
              * place, as a walk does; a range a row took ten times as long. */

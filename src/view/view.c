@@ -431,7 +431,8 @@ static int check_pointers(const zm_view *view, const zm_element *e, const zm_vie
         int64_t from = s->source_start[v], to = s->source_end[v];
         if (from < 0 || to < from || to > stored) {
             uint64_t m = view->order[v];
-            return zm_err_set(err, -EIO, "%s: indptr entries %" PRIu64 " and %" PRIu64 " are %" PRId64
+            return zm_err_set(err, -EIO,
+                              "%s: indptr entries %" PRIu64 " and %" PRIu64 " are %" PRId64
                               " and %" PRId64 ", not a range within the %" PRId64 " stored values",
                               e->path, m, m + 1, from, to, stored);
         }
