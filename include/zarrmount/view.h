@@ -158,6 +158,10 @@ const char *zm_view_kind_name(zm_view_kind kind);
 int zm_view_is_identity(const zm_view *view);
 /* The cell set digest of the view's cells. */
 const char *zm_view_digest(const zm_view *view);
+/* Bytes the view holds for its cells now: its order, the way back from
+ * source cells its walks made (map or list), and its sparse matrices'
+ * pointers. */
+uint64_t zm_view_bytes(zm_view *view);
 
 /* Sparse layout (synth uses these). */
 typedef struct zm_view_sparse_info {

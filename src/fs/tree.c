@@ -2073,10 +2073,17 @@ static json_t *view_json(zm_tree *t, const view_stats *vs)
                                   "bytesHeld", (json_int_t)c.bytes_held, "entries",
                                   (json_int_t)c.entries));
     json_object_set_new(o, "source", tally_json(&vs->source));
+    /* What the view holds for its cells now (0 when it is not built). */
+    uint64_t held = 0;
+    pthread_mutex_lock(&t->mutex);
+    for (size_t i = 0; i < t->view_count; i++)
+        if (strcmp(t->views[i].key, vs->key) == 0)
+            held = zm_view_bytes(t->views[i].view);
+    pthread_mutex_unlock(&t->mutex);
     json_object_set_new(o, "build",
-                        json_pack("{s:I, s:f, s:o}", "builds", (json_int_t)vs->builds, "seconds",
-                                  rounded((double)vs->build_nanoseconds / 1e9, 1e-3), "source",
-                                  tally_json(&vs->build)));
+                        json_pack("{s:I, s:f, s:o, s:I}", "builds", (json_int_t)vs->builds,
+                                  "seconds", rounded((double)vs->build_nanoseconds / 1e9, 1e-3),
+                                  "source", tally_json(&vs->build), "bytesHeld", (json_int_t)held));
     pthread_mutex_lock(&t->mutex);
     int state = vs->ahead_state;
     char reason[sizeof vs->ahead_reason];

@@ -184,6 +184,26 @@ int zm_view_kept_get(zm_view *view, zm_view_kept *kept, zm_err *err)
     return kept->cells ? 0 : err->code;
 }
 
+uint64_t zm_view_bytes(zm_view *view)
+{
+    uint64_t n = zm_source_n_obs(view->source), k = view->rows;
+    pthread_mutex_lock(&view->mutex);
+    uint64_t bytes = k * sizeof *view->order + (view->inverse ? n * sizeof *view->inverse : 0) +
+                     (view->by_source ? k * sizeof *view->by_source : 0);
+    pthread_mutex_unlock(&view->mutex);
+    for (size_t i = 0; i < view->sparse_count; i++) {
+        const zm_view_sparse *s = view->sparses[i];
+        const zm_element *e = s->element;
+        uint64_t source_majors = e->sparse_format == ZM_SPARSE_CSR ? e->shape[0] : e->shape[1];
+        bytes += (s->majors + 1) * sizeof *s->indptr;
+        if (s->source_indptr != NULL && s->source_indptr != s->indptr)
+            bytes += (source_majors + 1) * sizeof *s->source_indptr;
+        bytes += (s->source_start ? s->majors : 0) * sizeof *s->source_start +
+                 (s->source_end ? s->majors : 0) * sizeof *s->source_end;
+    }
+    return bytes;
+}
+
 const uint32_t *zm_view_inverse(zm_view *view, zm_err *err)
 {
     pthread_mutex_lock(&view->mutex);
