@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -9,9 +10,28 @@
 
 #include "fs/log.h"
 
+/* The child the parent waits for: a stop signal sent to the parent (^C at
+ * the terminal, `timeout`, a service manager) is passed on to it, so that
+ * a mount still opening its source ends rather than mounting later in the
+ * background of a command that was stopped. */
+static volatile pid_t waited_child;
+
+static void zm__pass_on(int signal_number)
+{
+    if (waited_child > 0)
+        kill(waited_child, signal_number);
+}
+
 /* The parent: waits for the child's word, or for the child to end. */
 static _Noreturn void zm__daemon_wait(pid_t child, int report)
 {
+    waited_child = child;
+    struct sigaction pass = {0};
+    pass.sa_handler = zm__pass_on;
+    sigemptyset(&pass.sa_mask);
+    const int stop_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+    for (size_t i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++)
+        sigaction(stop_signals[i], &pass, NULL);
     unsigned char status;
     ssize_t got;
     do

@@ -1231,25 +1231,68 @@ static void zm__log_progress(void *context, const char *line)
     zm__log(LOG_INFO, "%s", line);
 }
 
-/* Opens the tree with the stop signals blocked, so that threads it starts
- * (the source's decode pool, the progress teller) inherit the mask:
- * libfuse's loop wakes only when a stop signal lands on the thread that
- * waits in it. */
+/* Opening the tree (the source, its structure, the disk cache) runs on a
+ * thread of its own with the stop signals blocked, so that the threads it
+ * starts (the source's decode pool, the disk writer, the progress teller)
+ * inherit the mask: libfuse's loop wakes only when a stop signal lands on
+ * the thread that waits in it. Meanwhile the calling thread waits for those
+ * signals: an open can take long on a large or hostile file, and nothing
+ * is mounted yet, so SIGTERM, SIGINT, SIGHUP or SIGQUIT then ends the
+ * process at once (after a line saying so) rather than after the open. The
+ * disk cache survives that as it survives SIGKILL (docs/reliability.md). */
+typedef struct zm__opening {
+    zm_tree_options options;
+    zm_tree *tree;
+    zm_err *err;
+    int rc;
+    atomic_int done;
+} zm__opening;
+
+/* How often the waiting thread looks whether the open has finished: a
+ * stop signal is taken at once either way. */
+#define ZM__OPEN_POLL_NANOSECONDS 100000000L
+
+static void *zm__open_tree_thread(void *arg)
+{
+    zm__opening *o = arg;
+    o->rc = zm__tree_open(&o->options, &o->tree, o->err);
+    atomic_store(&o->done, 1);
+    return NULL;
+}
+
+static _Noreturn void zm__stopped_while_opening(const char *source, int signal_number)
+{
+    zm__log(LOG_ERR, "stopped by signal %d (%s) while opening %s: nothing was mounted",
+            signal_number, strsignal(signal_number), source);
+    /* Die of the signal itself, so that whoever waits sees why. */
+    signal(signal_number, SIG_DFL);
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, signal_number);
+    raise(signal_number);
+    pthread_sigmask(SIG_UNBLOCK, &only, NULL);
+    _exit(128 + signal_number);
+}
+
 static int zm__open_tree(zm__fs *fs, zm_err *err)
 {
     const zm__fs_config *config = &fs->config;
-    zm_tree_options options = {
-        .source = config->source,
-        .codec = config->codec,
-        .chunk_bytes = config->chunk_bytes,
-        .cache_bytes = config->cache_bytes,
-        .cache_dir = config->cache_dir,
-        .cache_max = config->cache_max,
-        .threads = config->threads,
-        .ahead_idle_seconds = config->ahead_idle_seconds,
-        .ahead_rate = config->ahead_rate,
-        .progress = zm__log_progress,
-        .progress_context = NULL,
+    zm__opening opening = {
+        .options =
+            {
+                .source = config->source,
+                .codec = config->codec,
+                .chunk_bytes = config->chunk_bytes,
+                .cache_bytes = config->cache_bytes,
+                .cache_dir = config->cache_dir,
+                .cache_max = config->cache_max,
+                .threads = config->threads,
+                .ahead_idle_seconds = config->ahead_idle_seconds,
+                .ahead_rate = config->ahead_rate,
+                .progress = zm__log_progress,
+                .progress_context = NULL,
+            },
+        .err = err,
     };
     sigset_t stop_signals, previous;
     sigemptyset(&stop_signals);
@@ -1258,8 +1301,23 @@ static int zm__open_tree(zm__fs *fs, zm_err *err)
     sigaddset(&stop_signals, SIGHUP);
     sigaddset(&stop_signals, SIGQUIT);
     pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
-    int rc = zm__tree_open(&options, &fs->tree, err);
+    pthread_t opener;
+    int rc = pthread_create(&opener, NULL, zm__open_tree_thread, &opening);
+    if (rc != 0) {
+        /* No thread: open here, as before (signals wait until it is done). */
+        zm__open_tree_thread(&opening);
+    } else {
+        while (!atomic_load(&opening.done)) {
+            struct timespec wait = {0, ZM__OPEN_POLL_NANOSECONDS};
+            int got = sigtimedwait(&stop_signals, NULL, &wait);
+            if (got > 0)
+                zm__stopped_while_opening(config->source, got);
+        }
+        pthread_join(opener, NULL);
+    }
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    fs->tree = opening.tree;
+    rc = opening.rc;
     if (rc != 0 && err->reason[0] == '\0')
         zm_err_set(err, rc, "%s: %s", config->source, strerror(-rc));
     return rc;
