@@ -1209,6 +1209,37 @@ static const struct fuse_lowlevel_ops zm__operations = {
 
 /* ---- The mount's life ------------------------------------------------------------- */
 
+/* With allow_other the mount shows the source's own read bits, whatever
+ * the directories above it say: a 0644 file in a 0700 home is readable by
+ * nobody else there, and by everyone through the mount. Says so once, naming
+ * the first directory that keeps out someone the file's bits let in. */
+static void zm__warn_hidden_source(const char *source, mode_t file_mode)
+{
+    char *directory = strdup(source);
+    if (directory == NULL)
+        return;
+    for (char *slash = strrchr(directory, '/'); slash != NULL; slash = strrchr(directory, '/')) {
+        *slash = '\0';
+        const char *shown = directory[0] ? directory : "/";
+        struct stat st;
+        if (stat(shown, &st) != 0)
+            break;
+        /* Search (x) for the group and others who may read the file. */
+        int group_kept_out = (file_mode & S_IRGRP) && !(st.st_mode & S_IXGRP);
+        int others_kept_out = (file_mode & S_IROTH) && !(st.st_mode & S_IXOTH);
+        if (group_kept_out || others_kept_out) {
+            zm__log(LOG_WARNING, "allow_other: %s keeps %s out of the source, but the mount shows "
+                    "the file's own bits (%04o): through the mount they can read it (chmod the "
+                    "source to say who may)", shown, others_kept_out ? "other users" : "its group",
+                    (unsigned)(file_mode & 07777));
+            break;
+        }
+        if (!directory[0])
+            break;
+    }
+    free(directory);
+}
+
 static void zm__choose_modes(zm__fs *fs)
 {
     if (!fs->config.allow_other) {
@@ -1222,6 +1253,7 @@ static void zm__choose_modes(zm__fs *fs)
     mode_t read_bits = fs->config.source_stat.st_mode & 0444;
     fs->file_mode = read_bits;
     fs->directory_mode = read_bits | (read_bits >> 2);
+    zm__warn_hidden_source(fs->config.source, fs->config.source_stat.st_mode);
 }
 
 /* The tree's progress lines (long work, every few seconds) go to the log. */

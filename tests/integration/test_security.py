@@ -314,6 +314,25 @@ def check_allow_other():
                        "except OSError as e: print(e.errno)", mount.path("full/.zgroup"))
         check("allow_other, a 0644 source: nobody's open for writing is EROFS", done.stdout.strip() == str(errno.EROFS),
               done.stdout + done.stderr)
+    # The directories above the source do not protect the mount: a 0644 file
+    # in a 0700 directory is readable by nobody directly, by everyone through
+    # an allow_other mount (docs/mount.md, "Permissions"); the log says so.
+    hidden_directory = os.path.join(PARENT, "hidden-home")
+    os.makedirs(hidden_directory, exist_ok=True)
+    os.chmod(hidden_directory, 0o700)
+    hidden = os.path.join(hidden_directory, "public-inside.h5ad")
+    shutil.copyfile(SOURCE, hidden)
+    os.chmod(hidden, 0o644)
+    done = as_user(NOBODY, NOBODY, "cat", hidden)
+    check("a 0644 source in a 0700 directory: nobody cannot read it directly", done.returncode != 0,
+          done.stdout)
+    with Mount(hidden, "allow_other", debug=False) as mount:
+        done = as_user(NOBODY, NOBODY, "cat", mount.path("full/.zgroup"))
+        check("a 0644 source in a 0700 directory: nobody reads it through an allow_other mount",
+              done.returncode == 0, done.stderr.strip())
+        log = mount.log().decode(errors="replace")
+        check("a 0644 source in a 0700 directory: the log says the directory does not protect the mount",
+              f"allow_other: {hidden_directory} keeps other users out of the source" in log, log)
     for mode in (0o600, 0o604, 0o755, 0o400):
         path = source_copy(f"mode-{mode:o}.h5ad", mode, OWNER, GROUP)
         with Mount(path, "allow_other", debug=False) as mount:
