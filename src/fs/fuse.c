@@ -484,6 +484,9 @@ static void zm__reply_entry(zm__fs *fs, fuse_req_t req, const char *path, const 
             reason[0] = '\0';
         zm__tell_unmade(path, reason);
     }
+    /* A live file's node is the one of this lookup (a new snapshot). */
+    if (node->live)
+        held = *node;
     struct fuse_entry_param entry;
     zm__fill_entry(fs, inode, &held, &entry);
     ZM__TRACE(fs, req, "lookup %s: inode %llu, %s of %llu bytes%s", path, (unsigned long long)inode,

@@ -2660,6 +2660,8 @@ void zm__tree_count_unmade(zm_tree *t, const char *path, int read)
     view_stats *vs = parse_path(t, path, &tg, &err) == 0 ? stats_of_target(t, &tg) : &t->outside;
     if (read)
         vs->reads++;
+    else
+        vs->opens++;
     vs->failed++;
 }
 

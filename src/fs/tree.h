@@ -129,8 +129,8 @@ void zm__tree_release_snapshot(zm_tree *tree, uint64_t snapshot);
 void zm__tree_count_open(zm_tree *tree, const char *path);
 
 /* Counts an open (read 0) or a read (read 1) of a file whose bytes could
- * not be made, refused by the FUSE layer without asking the tree again: a
- * request that met such a file, and (a read) a read answered. */
+ * not be made, refused by the FUSE layer without asking the tree again: an
+ * open or a read answered, and a request that met such a file. */
 void zm__tree_count_unmade(zm_tree *tree, const char *path, int read);
 
 /* A file the disk cache holds (a chunk of a walked view), for the kernel to
