@@ -2450,7 +2450,7 @@ static int view_built(zm_tree *t, const char *key)
  * under this size) and answers every open and read of it with. */
 static void unmade(view_stats *vs, zm_node *node, int rc)
 {
-    node->error = rc == -ENOENT || rc >= 0 ? -EIO : rc;
+    node->error = rc == -ENOENT ? -EIO : rc; /* a file the structure holds is no missing one */
     node->size = ZM_SIZE_UNMADE;
     vs->failed++;
 }
