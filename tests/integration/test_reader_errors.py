@@ -248,6 +248,33 @@ def known_size(work, manifest):
         check(f"{name}, codec=none: zarr-python 2 raises", is_eio(error), shown(error, value))
 
 
+def source_changed(work, manifest):
+    """A reader that opened an array before its source changed, then reads
+    its chunks: the chunks are found and fail to be read, so zarr-python 2
+    raises rather than filling them (the lookup does not fail for the
+    change: only building a view or making a file checks the source)."""
+    intact = os.path.join(work, manifest["indices-outside.h5ad"]["intact"])
+    copy = os.path.join(work, "changing.h5ad")
+    with open(intact, "rb") as f, open(copy, "wb") as out:
+        out.write(f.read())
+    with Mount(copy, *OPTIONS, debug=False) as m:
+        array = zarr.open_group(m.path("file").decode(), mode="r")["X/indices"]
+        with open(copy, "ab") as f:
+            f.write(b"changed")
+        # A chunk never looked up before: its lookup reaches the daemon.
+        chunk = m.path("file/X/indices/3").decode()
+        check("source changed: a chunk of a view built before is still found", os.path.isfile(chunk))
+        check("source changed: its read fails with EIO", read_or_errno(chunk) == errno.EIO)
+        error, value = raised(lambda: array[...])
+        check("source changed: zarr-python 2 reading an array opened before raises", is_eio(error),
+              shown(error, value))
+        error, value = raised(lambda: os.stat(m.path("uniform/seed7/k=20").decode()))
+        check("source changed: a view not built before fails its lookup with EIO", is_eio(error),
+              shown(error, value))
+        log = m.log().decode(errors="replace")
+    check("source changed: the log says why", "changed since it was mounted" in log, log[-600:])
+
+
 def run(name, body):
     try:
         body()
@@ -267,6 +294,7 @@ def main():
         body = chunk_damage if entry["kind"] == "chunk" else view_damage
         run(name, lambda: body(work, name, entry, intact))
     run("codec=none", lambda: known_size(work, manifest))
+    run("source changed", lambda: source_changed(work, manifest))
     return report()
 
 
