@@ -128,3 +128,71 @@ Test(tree, explain_says_mount_files_are_files, .init = open_tree, .fini = close_
         json_decref(explained);
     }
 }
+
+static zm_tree *open_source(const char *relative)
+{
+    const char *fixtures = getenv("ZM_FIXTURES_DIR");
+    char source[PATH_MAX];
+    snprintf(source, sizeof source, "%s/sources/%s",
+             fixtures && fixtures[0] ? fixtures : "fixtures", relative);
+    zm_tree_options options = {
+        .source = source, .threads = 1, .cache_dir = "none", .ahead_idle_seconds = 0};
+    zm_tree *opened = NULL;
+    zm_err err;
+    zm_err_clear(&err);
+    cr_assert_eq(zm__tree_open(&options, &opened, &err), 0, "%s: %s", source, err.reason);
+    return opened;
+}
+
+/* A chunk whose bytes cannot be made (codes outside their categories) is
+ * found, with a placeholder size and the reason, so that zarr-python 2 does
+ * not take it for a missing chunk and fill it; reading it fails. The
+ * array's documents are made and found as ever. */
+Test(tree, a_chunk_that_cannot_be_made_is_found_with_its_failure)
+{
+    zm_tree *damaged = open_source("bad/categorical-code-out-of-range.h5ad");
+    zm_node node;
+    zm_err err;
+    zm_err_clear(&err);
+    cr_expect_eq(zm__tree_lookup(damaged, "file/obs/cluster/codes/0", &node, &err), 0, "%s",
+                 err.reason);
+    cr_expect_eq(node.kind, ZM_NODE_FILE);
+    cr_expect_eq(node.error, -EIO);
+    cr_expect_eq(node.size, ZM_SIZE_UNMADE);
+    cr_expect(strstr(err.reason, "obs/cluster") && strstr(err.reason, "outside"), "%s", err.reason);
+    uint8_t buffer[64];
+    size_t done = 0;
+    zm_err_clear(&err);
+    cr_expect_eq(
+        zm__tree_read(damaged, "file/obs/cluster/codes/0", 0, sizeof buffer, buffer, &done, &err),
+        -EIO);
+    cr_expect_eq(done, 0);
+    const char *documents[] = {"file/obs/cluster/codes/.zarray", "file/obs/cluster/.zattrs",
+                               "file/.zmetadata"};
+    for (size_t i = 0; i < 3; i++) {
+        zm_err_clear(&err);
+        cr_expect_eq(zm__tree_lookup(damaged, documents[i], &node, &err), 0, "%s: %s", documents[i],
+                     err.reason);
+        cr_expect(node.error == 0 && node.size > 0 && node.size != ZM_SIZE_UNMADE, "%s",
+                  documents[i]);
+    }
+    zm_err_clear(&err);
+    cr_expect_eq(zm__tree_lookup(damaged, "file/obs/cluster/codes/1", &node, &err), -ENOENT,
+                 "past the chunk grid: no such file");
+    zm__tree_close(damaged);
+}
+
+/* A view that cannot be built (a damaged indptr) fails its own lookup with
+ * EIO, naming the element; the mount's other directories are found. */
+Test(tree, a_view_that_cannot_be_built_fails_its_lookup)
+{
+    zm_tree *damaged = open_source("bad/csr-indptr-not-monotone.h5ad");
+    zm_node node;
+    zm_err err;
+    zm_err_clear(&err);
+    cr_expect_eq(zm__tree_lookup(damaged, "file", &node, &err), -EIO);
+    cr_expect(strstr(err.reason, "indptr") != NULL, "%s", err.reason);
+    zm_err_clear(&err);
+    cr_expect_eq(zm__tree_lookup(damaged, "uniform/seed0", &node, &err), 0, "%s", err.reason);
+    zm__tree_close(damaged);
+}

@@ -422,19 +422,55 @@ static void zm__forget(zm__fs *fs, uint64_t inode, uint64_t count)
         zm__tree_release_snapshot(fs->tree, node.snapshot);
 }
 
-/* Remembers path for the kernel and answers with its entry. A snapshot of
- * a live file gets an inode of its own, "path@snapshot": the kernel has
- * one size and one page cache an inode, and a reader taking the file in
- * several reads while another opens it must see one snapshot whole. */
-static void zm__reply_entry(zm__fs *fs, fuse_req_t req, const char *path, const zm_node *node)
+/* Says why a file's bytes could not be made: once for each file (a few new
+ * lines a second at most), at its lookup and again at a refused open or
+ * read if the line was left out then. Its opens and reads fail with EIO. */
+static void zm__tell_unmade(const char *path, const char *reason)
+{
+    char what[ZM_REASON_MAX];
+    snprintf(what, sizeof what, "%s: cannot be made, its reads fail with EIO", zm__shown(path));
+    zm_err why;
+    zm_err_clear(&why);
+    snprintf(why.reason, sizeof why.reason, "%s", reason[0] ? reason : "no reason was given");
+    zm__log_failure_of(what, -EIO, &why);
+}
+
+/* Answers an open or a read of a file whose bytes could not be made (its
+ * node's error, kept with the inode since its lookup): EIO, never a try to
+ * make it again. Made now, its bytes could not be served under the size the
+ * kernel holds, which is not theirs. */
+static void zm__refuse_unmade(zm__fs *fs, fuse_req_t req, const char *operation, uint64_t inode,
+                              const char *path)
+{
+    char reason[ZM_REASON_MAX];
+    if (zm__inodes_failure(fs->inodes, inode, reason, sizeof reason) != 0)
+        reason[0] = '\0';
+    zm__tell_unmade(path, reason);
+    zm__tree_count_unmade(fs->tree, path, operation[0] == 'r');
+    ZM__TRACE(fs, req, "%s %s: %s: its bytes could not be made: %s", operation, path, strerror(EIO),
+              reason);
+    fuse_reply_err(req, EIO);
+}
+
+/* Remembers path for the kernel and answers with its entry: the one the
+ * inode already has if the kernel holds it (what it was told before), else
+ * node's. failure: why node's bytes could not be made (node->error), or
+ * NULL. A snapshot of a live file gets an inode of its own,
+ * "path@snapshot": the kernel has one size and one page cache an inode, and
+ * a reader taking the file in several reads while another opens it must
+ * see one snapshot whole. */
+static void zm__reply_entry(zm__fs *fs, fuse_req_t req, const char *path, const zm_node *node,
+                            const char *failure)
 {
     uint64_t inode;
+    zm_node held;
     char *own = NULL;
     if (node->snapshot != 0 && asprintf(&own, "%s@%llu", path, (unsigned long long)node->snapshot) < 0)
         own = NULL;
-    int rc = node->snapshot != 0 && own == NULL
-                 ? -ENOMEM
-                 : zm__inodes_remember(fs->inodes, own ? own : path, node, &inode);
+    int rc =
+        node->snapshot != 0 && own == NULL
+            ? -ENOMEM
+            : zm__inodes_remember_held(fs->inodes, own ? own : path, node, failure, &inode, &held);
     free(own);
     if (rc != 0) {
         if (node->snapshot != 0)
@@ -442,10 +478,20 @@ static void zm__reply_entry(zm__fs *fs, fuse_req_t req, const char *path, const 
         zm__reply_failure(fs, req, "lookup", path, rc, NULL);
         return;
     }
+    if (held.error != 0) {
+        char reason[ZM_REASON_MAX];
+        if (zm__inodes_failure(fs->inodes, inode, reason, sizeof reason) != 0)
+            reason[0] = '\0';
+        zm__tell_unmade(path, reason);
+    }
+    /* A live file's node is the one of this lookup (a new snapshot). */
+    if (node->live)
+        held = *node;
     struct fuse_entry_param entry;
-    zm__fill_entry(fs, inode, node, &entry);
-    ZM__TRACE(fs, req, "lookup %s: inode %llu, %s of %llu bytes", path, (unsigned long long)inode,
-              zm__kind_name(node->kind), (unsigned long long)node->size);
+    zm__fill_entry(fs, inode, &held, &entry);
+    ZM__TRACE(fs, req, "lookup %s: inode %llu, %s of %llu bytes%s", path, (unsigned long long)inode,
+              zm__kind_name(held.kind), (unsigned long long)held.size,
+              held.error != 0 ? " (its bytes could not be made: opens and reads fail)" : "");
     /* An interrupted request never reached the kernel, which then holds no
      * lookup to forget. */
     if (fuse_reply_entry(req, &entry) != 0)
@@ -474,9 +520,11 @@ static void zm__op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     zm_err err;
     zm_err_clear(&err);
     zm_node node;
-    rc = zm__tree_check_source(fs->tree, &err);
-    if (rc == 0)
-        rc = zm__tree_lookup(fs->tree, path, &node, &err);
+    /* The tree checks the source itself where a lookup needs it (to build
+     * a view, to make a file): a file of a view built before the source
+     * changed is still found, and its reads fail. A lookup failing instead
+     * would tell zarr-python 2 the chunk is missing, and it would fill it. */
+    rc = zm__tree_lookup(fs->tree, path, &node, &err);
     if (rc == 0 && node.kind != ZM_NODE_DIRECTORY && node.size == ZM_SIZE_UNKNOWN)
         rc = zm_err_set(&err, -EIO, "%s: the tree gave no size", path);
     if (rc == -ENOENT) {
@@ -493,7 +541,7 @@ static void zm__op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     } else if (rc != 0) {
         zm__reply_failure(fs, req, "lookup", path, rc, &err);
     } else {
-        zm__reply_entry(fs, req, path, &node);
+        zm__reply_entry(fs, req, path, &node, node.error != 0 ? err.reason : NULL);
     }
     free(path);
 }
@@ -685,6 +733,11 @@ static void zm__op_open(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info 
         zm__reply_failure(fs, req, "open", "(unknown inode)", rc, NULL);
         return;
     }
+    if (node.error != 0) {
+        zm__refuse_unmade(fs, req, "open", inode, path);
+        free(path);
+        return;
+    }
     zm_err err;
     zm_err_clear(&err);
     rc = node.kind == ZM_NODE_DIRECTORY ? zm_err_set(&err, -EISDIR, "a directory")
@@ -731,11 +784,20 @@ static void zm__op_read(fuse_req_t req, fuse_ino_t inode, size_t size, off_t off
     if (offset == 0)
         zm__pusher_read(fs->pusher, inode); /* a walking reader's next file: push ahead */
     if (fi->fh != 0) {
+        /* Opened through the daemon, which refuses to open a file whose
+         * bytes could not be made. */
         path = ((const zm__file *)(uintptr_t)fi->fh)->path;
     } else {
-        int found = zm__inodes_get(fs->inodes, inode, &owned, NULL);
+        /* The kernel opened it by itself (no-open mode): nothing refused it. */
+        zm_node node;
+        int found = zm__inodes_get(fs->inodes, inode, &owned, &node);
         if (found != 0) {
             zm__reply_failure(fs, req, "read", "(unknown inode)", found, NULL);
+            return;
+        }
+        if (node.error != 0) {
+            zm__refuse_unmade(fs, req, "read", inode, owned);
+            free(owned);
             return;
         }
         path = owned;
@@ -866,12 +928,14 @@ static void zm__op_opendir(fuse_req_t req, fuse_ino_t inode, struct fuse_file_in
 /* Adds entry number `at` of dir (0 ".", 1 "..", then the listing) to buffer
  * if it fits in space: *used gets its size, 0 when it does not fit. With
  * plus, an entry with attributes counts as a lookup of its inode, given in
- * *looked_up (0 when there is none). -ENOMEM. */
+ * *looked_up (0 when there is none), and *unmade says whether that inode's
+ * file is one whose bytes could not be made. -ENOMEM. */
 static int zm__add_entry(zm__fs *fs, fuse_req_t req, const zm__dir *dir, size_t at, char *buffer,
-                         size_t space, int plus, size_t *used, uint64_t *looked_up)
+                         size_t space, int plus, size_t *used, uint64_t *looked_up, int *unmade)
 {
     *used = 0;
     *looked_up = 0;
+    *unmade = 0;
     const zm_node dot_node = {.kind = ZM_NODE_DIRECTORY, .size = 0};
     const char *name = at == 0 ? "." : "..";
     const zm_node *node = &dot_node;
@@ -898,10 +962,14 @@ static int zm__add_entry(zm__fs *fs, fuse_req_t req, const zm__dir *dir, size_t 
         memset(&entry, 0, sizeof entry);
         entry.attr.st_ino = inode;
         entry.attr.st_mode = zm__type_bits(node->kind);
+        /* The attributes the inode has if the kernel holds it already (a
+         * file found unmade keeps its placeholder size), else the listing's. */
+        zm_node held;
         if (path && node->size != ZM_SIZE_UNKNOWN &&
-            (rc = zm__inodes_remember(fs->inodes, path, node, &inode)) == 0) {
-            zm__fill_entry(fs, inode, node, &entry);
+            (rc = zm__inodes_remember_held(fs->inodes, path, node, NULL, &inode, &held)) == 0) {
+            zm__fill_entry(fs, inode, &held, &entry);
             *looked_up = inode;
+            *unmade = held.error != 0;
         }
         if (rc == 0)
             *used = fuse_add_direntry_plus(req, buffer, space, name, &entry, next);
@@ -992,18 +1060,24 @@ static void zm__readdir(fuse_req_t req, fuse_ino_t inode, size_t size, off_t off
         ZM__TRACE(fs, req, "list %s: %zu entries", zm__shown(dir->path), dir->count);
     }
     char *buffer = malloc(size > 0 ? size : 1);
-    /* The lookups this reply carries, to take back if it never arrives. */
+    /* The lookups this reply carries, to take back if it never arrives; and
+     * those whose files were made, which may be pushed into the kernel's
+     * page cache (one found unmade must never get pages of its own). */
     uint64_t *looked_up = calloc(size / 24 + 1, sizeof *looked_up);
+    uint64_t *pushable = calloc(size / 24 + 1, sizeof *pushable);
     size_t used = 0;
-    size_t count = 0;
-    int rc = buffer && looked_up ? 0 : -ENOMEM;
+    size_t count = 0, pushable_count = 0;
+    int rc = buffer && looked_up && pushable ? 0 : -ENOMEM;
     for (size_t at = offset > 0 ? (size_t)offset : 0; rc == 0 && at < dir->count + 2; at++) {
         size_t added;
+        int unmade;
         rc = zm__add_entry(fs, req, dir, at, buffer + used, size - used, plus, &added,
-                           &looked_up[count]);
+                           &looked_up[count], &unmade);
         if (rc != 0 || added == 0)
             break;
         used += added;
+        if (looked_up[count] != 0 && !unmade)
+            pushable[pushable_count++] = looked_up[count];
         count += looked_up[count] != 0;
     }
     if (rc != 0 && used == 0) {
@@ -1015,8 +1089,9 @@ static void zm__readdir(fuse_req_t req, fuse_ino_t inode, size_t size, off_t off
             for (size_t i = 0; i < count; i++)
                 zm__forget(fs, looked_up[i], 1);
         else if (plus)
-            zm__pusher_listed(fs->pusher, dir->inode, offset, looked_up, count);
+            zm__pusher_listed(fs->pusher, dir->inode, offset, pushable, pushable_count);
     }
+    free(pushable);
     free(looked_up);
     free(buffer);
     if (kept)

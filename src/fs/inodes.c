@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@ typedef struct zm__inode {
     uint64_t path_hash;
     uint64_t lookups;
     zm_node node;
+    char *failure; /* why a file's bytes could not be made (node.error), or NULL */
     struct zm__inode *next_by_number; /* chain in by_number */
     struct zm__inode *next_by_path;   /* chain in by_path */
     char path[];
@@ -141,8 +143,16 @@ static zm__inode *zm__new_entry(const char *path, uint64_t path_hash, uint64_t n
     entry->path_hash = path_hash;
     entry->lookups = 0;
     entry->node = *node;
+    entry->failure = NULL;
     memcpy(entry->path, path, length + 1);
     return entry;
+}
+
+static void zm__free_entry(zm__inode *entry)
+{
+    if (entry != NULL)
+        free(entry->failure);
+    free(entry);
 }
 
 int zm__inodes_create(zm__inodes **out)
@@ -178,7 +188,7 @@ void zm__inodes_destroy(zm__inodes *table)
         zm__inode *entry = table->by_number[i];
         while (entry) {
             zm__inode *next = entry->next_by_number;
-            free(entry);
+            zm__free_entry(entry);
             entry = next;
         }
     }
@@ -190,7 +200,17 @@ void zm__inodes_destroy(zm__inodes *table)
 
 int zm__inodes_remember(zm__inodes *table, const char *path, const zm_node *node, uint64_t *inode)
 {
+    zm_node held;
+    return zm__inodes_remember_held(table, path, node, NULL, inode, &held);
+}
+
+int zm__inodes_remember_held(zm__inodes *table, const char *path, const zm_node *node,
+                             const char *failure, uint64_t *inode, zm_node *held)
+{
     uint64_t path_hash = zm__hash_path(path);
+    /* Copied before the lock: a new entry's reason (an existing entry keeps
+     * its own, as it keeps its node). */
+    char *reason = node->error != 0 && failure != NULL ? strdup(failure) : NULL;
     pthread_mutex_lock(&table->lock);
     zm__inode *entry = zm__find_path(table, path, path_hash);
     if (entry == NULL) {
@@ -200,15 +220,20 @@ int zm__inodes_remember(zm__inodes *table, const char *path, const zm_node *node
         entry = zm__new_entry(path, path_hash, number, node);
         if (entry == NULL) {
             pthread_mutex_unlock(&table->lock);
+            free(reason);
             return -ENOMEM;
         }
+        entry->failure = reason;
+        reason = NULL;
         zm__link(table, entry);
         table->count++;
         zm__maybe_grow(table);
     }
     entry->lookups++;
     *inode = entry->number;
+    *held = entry->node;
     pthread_mutex_unlock(&table->lock);
+    free(reason);
     return 0;
 }
 
@@ -226,7 +251,7 @@ void zm__inodes_forget(zm__inodes *table, uint64_t inode, uint64_t count)
         table->count--;
     }
     pthread_mutex_unlock(&table->lock);
-    free(entry);
+    zm__free_entry(entry);
 }
 
 int zm__inodes_get(zm__inodes *table, uint64_t inode, char **path, zm_node *node)
@@ -240,6 +265,18 @@ int zm__inodes_get(zm__inodes *table, uint64_t inode, char **path, zm_node *node
         rc = -ENOMEM;
     if (entry && node)
         *node = entry->node;
+    pthread_mutex_unlock(&table->lock);
+    return rc;
+}
+
+int zm__inodes_failure(zm__inodes *table, uint64_t inode, char *reason, size_t size)
+{
+    reason[0] = '\0';
+    pthread_mutex_lock(&table->lock);
+    zm__inode *entry = zm__find_number(table, inode);
+    int rc = entry && entry->node.error != 0 ? 0 : -ENOENT;
+    if (rc == 0 && entry->failure != NULL)
+        snprintf(reason, size, "%s", entry->failure);
     pthread_mutex_unlock(&table->lock);
     return rc;
 }

@@ -36,6 +36,21 @@ void zm__inodes_destroy(zm__inodes *table);
  * entry keeps its own). -ENOMEM. */
 int zm__inodes_remember(zm__inodes *table, const char *path, const zm_node *node, uint64_t *inode);
 
+/* As zm__inodes_remember, and *held gets the node the entry holds: an
+ * existing entry's own, which is what the kernel was told before. So a file
+ * whose bytes could not be made (zm_node.error) stays failed while the
+ * kernel holds its inode (its placeholder size must never front a later
+ * success), and one that was made keeps its size; once the kernel forgets
+ * it, the next lookup makes a new entry and tries again. failure: why a new
+ * entry's bytes could not be made (node->error set; copied), or NULL. */
+int zm__inodes_remember_held(zm__inodes *table, const char *path, const zm_node *node,
+                             const char *failure, uint64_t *inode, zm_node *held);
+
+/* Why the bytes of inode's file could not be made, copied into reason
+ * (size bytes, size >= 1; "" if no reason was kept). -ENOENT for a number
+ * the table does not hold, or a file whose node has no error. */
+int zm__inodes_failure(zm__inodes *table, uint64_t inode, char *reason, size_t size);
+
 /* Takes count lookups away from inode; at zero the entry goes. Unknown
  * numbers and the root are ignored. */
 void zm__inodes_forget(zm__inodes *table, uint64_t inode, uint64_t count);

@@ -95,10 +95,9 @@ static uint64_t zm__hash_text(const char *text)
     return hash;
 }
 
-/* Decides whether a failure with this reason gets a line. */
-static int zm__limiter_admit(const char *reason)
+/* Decides whether a failure with this reason (its hash) gets a line. */
+static int zm__limiter_admit(uint64_t hash)
 {
-    uint64_t hash = zm__hash_text(reason);
     time_t now = time(NULL);
     int admit = 1;
     pthread_mutex_lock(&zm__limiter.lock);
@@ -123,7 +122,17 @@ static int zm__limiter_admit(const char *reason)
 int zm__log_failure(const char *what, int code, const zm_err *err)
 {
     const char *reason = err && err->reason[0] ? err->reason : strerror(-code);
-    if (!atomic_load(&zm__debug) && !zm__limiter_admit(reason))
+    if (!atomic_load(&zm__debug) && !zm__limiter_admit(zm__hash_text(reason)))
+        return 0;
+    zm__log(LOG_ERR, "%s: %s", what, reason);
+    return 1;
+}
+
+int zm__log_failure_of(const char *what, int code, const zm_err *err)
+{
+    const char *reason = err && err->reason[0] ? err->reason : strerror(-code);
+    uint64_t hash = zm__hash_text(reason) ^ (zm__hash_text(what) * 0x9e3779b97f4a7c15u);
+    if (!atomic_load(&zm__debug) && !zm__limiter_admit(hash))
         return 0;
     zm__log(LOG_ERR, "%s: %s", what, reason);
     return 1;

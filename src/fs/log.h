@@ -33,6 +33,11 @@ void zm__vlog(int priority, const char *fmt, va_list ap) __attribute__((format(p
  * also limited to a few lines a second. Returns 1 if it wrote the line. */
 int zm__log_failure(const char *what, int code, const zm_err *err);
 
+/* As zm__log_failure, but once per distinct WHAT and reason: each file
+ * whose bytes cannot be made is said for itself, though many fail for one
+ * reason (the chunks that need one damaged source chunk). */
+int zm__log_failure_of(const char *what, int code, const zm_err *err);
+
 /* While capturing, libfuse's messages are kept (the first one) instead of
  * logged, so that a failure while starting is reported as one line of
  * ours. zm__log_captured returns that message ("" if none). */

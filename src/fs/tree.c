@@ -57,6 +57,10 @@ typedef struct view_stats {
     char *key;         /* the view's key; "" for paths outside views */
     uint64_t key_hash; /* of the key: every request finds its view's counters */
     _Atomic uint64_t lookups, opens, listings, reads, bytes_served, refused;
+    /* Requests that met a file whose bytes could not be made: lookups that
+     * found one (answered, the file marked failed), its opens and reads
+     * (refused with EIO). */
+    _Atomic uint64_t failed;
     _Atomic uint64_t chunks_made, documents_made; /* loads of the file cache, by kind */
     /* Files the kernel read straight from the disk cache (FUSE passthrough):
      * their opens and their bytes (whether read whole or not). */
@@ -2026,7 +2030,8 @@ static json_t *tally_json(const zm_source_tally *s)
 
 /* The requests of a view (or outside views, or a total). */
 typedef struct requests {
-    uint64_t lookups, opens, listings, reads, bytes_served, refused, chunks_made, documents_made;
+    uint64_t lookups, opens, listings, reads, bytes_served, refused, failed, chunks_made;
+    uint64_t documents_made;
     uint64_t passthrough_opens, passthrough_bytes, pushed_files, pushed_bytes, busy_nanoseconds;
 } requests;
 
@@ -2038,6 +2043,7 @@ static void add_requests(requests *r, const view_stats *vs)
     r->reads += vs->reads;
     r->bytes_served += vs->bytes_served;
     r->refused += vs->refused;
+    r->failed += vs->failed;
     r->chunks_made += vs->chunks_made;
     r->documents_made += vs->documents_made;
     r->passthrough_opens += vs->passthrough_opens;
@@ -2050,13 +2056,14 @@ static void add_requests(requests *r, const view_stats *vs)
 static json_t *requests_json(const requests *r)
 {
     return json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I}, s:{s:I, s:I}, s:f}", "lookups",
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I}, s:{s:I, s:I}, s:f}", "lookups",
         (json_int_t)r->lookups, "opens", (json_int_t)r->opens, "listings", (json_int_t)r->listings,
         "reads", (json_int_t)r->reads, "bytesServed", (json_int_t)r->bytes_served, "refused",
-        (json_int_t)r->refused, "chunksSynthesized", (json_int_t)r->chunks_made,
-        "documentsSynthesized", (json_int_t)r->documents_made, "passthrough", "opens",
-        (json_int_t)r->passthrough_opens, "bytes", (json_int_t)r->passthrough_bytes, "pushed",
-        "files", (json_int_t)r->pushed_files, "bytes", (json_int_t)r->pushed_bytes, "daemonSeconds",
+        (json_int_t)r->refused, "failed", (json_int_t)r->failed, "chunksSynthesized",
+        (json_int_t)r->chunks_made, "documentsSynthesized", (json_int_t)r->documents_made,
+        "passthrough", "opens", (json_int_t)r->passthrough_opens, "bytes",
+        (json_int_t)r->passthrough_bytes, "pushed", "files", (json_int_t)r->pushed_files, "bytes",
+        (json_int_t)r->pushed_bytes, "daemonSeconds",
         rounded((double)r->busy_nanoseconds / 1e9, 1e-6));
 }
 
@@ -2426,6 +2433,28 @@ static uint64_t minimum_cells(zm_tree *t, const zm_view_spec *spec)
     return known ? total : 0;
 }
 
+/* Whether the view with this key is built (its structure in memory). */
+static int view_built(zm_tree *t, const char *key)
+{
+    int built = 0;
+    pthread_mutex_lock(&t->mutex);
+    for (size_t i = 0; i < t->view_count && !built; i++)
+        built = !strcmp(t->views[i].key, key);
+    pthread_mutex_unlock(&t->mutex);
+    return built;
+}
+
+/* A file the structure holds whose bytes could not be made (rc, the reason
+ * in err): found, with a size that is not its own and the failure, which
+ * the FUSE layer keeps with its inode (so that no later success is served
+ * under this size) and answers every open and read of it with. */
+static void unmade(view_stats *vs, zm_node *node, int rc)
+{
+    node->error = rc == -ENOENT ? -EIO : rc; /* a file the structure holds is no missing one */
+    node->size = ZM_SIZE_UNMADE;
+    vs->failed++;
+}
+
 static int lookup_target(zm_tree *t, const char *path, const target *target_in, view_stats *vs,
                          zm_node *node, zm_err *err)
 {
@@ -2450,6 +2479,11 @@ static int lookup_target(zm_tree *t, const char *path, const target *target_in, 
     }
     if (tg.kind != T_VIEW)
         return 0;
+    /* A view is built from the source as it is now: not from a file that
+     * changed since the mount. One built before still answers for its
+     * names (the source as it was), and its files fail to be read. */
+    if (!view_built(t, tg.key) && (rc = zm__tree_check_source(t, err)) != 0)
+        return rc;
     zm_view *view;
     if ((rc = view_get(t, &tg, &view, 1, err)) != 0)
         /* A request the kernel refuses (a minimum that does not fit, ...)
@@ -2465,11 +2499,17 @@ static int lookup_target(zm_tree *t, const char *path, const target *target_in, 
             kept_size(t, view, path, &w, &size)) {
             node->size = size;
         } else {
+            /* Its size is its bytes' (compressed): made now. That they
+             * cannot be made is no reason to say the file is missing. */
             zm_cache_ref ref;
-            rc = with_file(t, view, vs, path, &w, &ref, err);
-            if (rc == 0) {
+            int made = zm__tree_check_source(t, err);
+            if (made == 0)
+                made = with_file(t, view, vs, path, &w, &ref, err);
+            if (made == 0) {
                 node->size = ref.size;
                 zm_cache_release(t->files, &ref);
+            } else {
+                unmade(vs, node, made);
             }
         }
     }
@@ -2611,6 +2651,18 @@ void zm__tree_count_open(zm_tree *t, const char *path)
         stats_of_target(t, &tg)->opens++;
     else
         t->outside.opens++;
+}
+
+void zm__tree_count_unmade(zm_tree *t, const char *path, int read)
+{
+    target tg;
+    zm_err err;
+    view_stats *vs = parse_path(t, path, &tg, &err) == 0 ? stats_of_target(t, &tg) : &t->outside;
+    if (read)
+        vs->reads++;
+    else
+        vs->opens++;
+    vs->failed++;
 }
 
 /* The size of chunk number `chunk` (named name) of the array at w (a
@@ -2869,6 +2921,8 @@ static int read_target(zm_tree *t, const char *path, const target *target_in, ui
     if (rc == 0) {
         zm_cache_ref ref;
         rc = with_file(t, view, vs, path, &w, &ref, err);
+        if (rc != 0)
+            vs->failed++;
         if (rc == 0) {
             if (offset < ref.size) {
                 *done = ref.size - offset < size ? ref.size - offset : size;

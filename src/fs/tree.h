@@ -61,6 +61,10 @@ typedef struct zm_node {
     int live;        /* changes while mounted (.zarrmount/stats.json): each lookup
                       * takes a new snapshot, and the kernel must keep neither its
                       * name nor its attributes */
+    int error;       /* files: 0, or the -errno its bytes could not be made with (the
+                      * reason in the err of the call that gave the node). The file
+                      * exists (the store's structure says so) and its size is then
+                      * ZM_SIZE_UNMADE: it is never served, its open and reads fail */
     uint64_t snapshot; /* a live file's snapshot (0: none). Served under a path of
                         * its own, "<path>@<snapshot>" (an inode of its own: a
                         * reader taking it in several reads while another opens
@@ -68,9 +72,21 @@ typedef struct zm_node {
 } zm_node;
 
 #define ZM_SIZE_UNKNOWN UINT64_MAX
+/* The size of a file whose bytes could not be made (zm_node.error): more
+ * than 0, so that the kernel asks for its bytes (and the read fails) rather
+ * than take it as empty. */
+#define ZM_SIZE_UNMADE 4096
 
-/* What a path is. -ENOENT (with a reason for the log) if it does not exist;
- * -EIO if the source changed or a chunk could not be made. */
+/* What a path is. -ENOENT (with a reason for the log) if it does not exist.
+ * A file the store's structure holds is found whether or not its bytes can
+ * be made: one that cannot be (a damaged source chunk, values outside what
+ * their element allows, the source changed) is answered with 0, node->error
+ * set and the reason in err, so that a reader asking whether it exists
+ * (zarr-python 2's os.path.isfile) is told yes and then fails to read it,
+ * rather than taking the failure for a missing chunk and filling it in.
+ * -EIO for a directory that cannot be made: a view whose cells or layout
+ * cannot be built from the source (a damaged indptr, ...), or one not built
+ * yet when the source changed. */
 int zm__tree_lookup(zm_tree *tree, const char *path, zm_node *node, zm_err *err);
 
 /* Calls emit for each entry of a directory, in a stable order (the same
@@ -111,6 +127,11 @@ void zm__tree_release_snapshot(zm_tree *tree, uint64_t snapshot);
 /* Counts an open of path in its view's counters (the tree sees lookups,
  * listings and reads itself; opens reach only the FUSE layer). */
 void zm__tree_count_open(zm_tree *tree, const char *path);
+
+/* Counts an open (read 0) or a read (read 1) of a file whose bytes could
+ * not be made, refused by the FUSE layer without asking the tree again: an
+ * open or a read answered, and a request that met such a file. */
+void zm__tree_count_unmade(zm_tree *tree, const char *path, int read);
 
 /* A file the disk cache holds (a chunk of a walked view), for the kernel to
  * read straight from the cache's own file: *fd a read-only descriptor of

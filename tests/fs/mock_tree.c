@@ -15,6 +15,12 @@
  *   many/f0000 .. f0999    "file NNNN\n"
  *   trouble/eio            not listed; looking it up fails with -EIO
  *   trouble/eio_read       1000 bytes; reading fails with -EIO
+ *   trouble/unmade         found, but its bytes cannot be made (zm_node.error, the
+ *                          reason "a damaged source chunk"); the mock's read of it
+ *                          would succeed (1000 bytes of pattern 6), so that a
+ *                          daemon reading it anyway is seen
+ *   trouble/flaky          777 bytes of pattern 7, found unmade at its first lookup
+ *                          only: a new lookup (after the kernel forgot it) succeeds
  *   trouble/slow00 .. 15   1 MiB of pattern 16 + N; every read sleeps 100 ms
  *   trouble/badlist/       listing it fails with -EIO
  *
@@ -70,6 +76,8 @@ enum {
     MOCK_LOOKUP_FAILS = 8,
     MOCK_UNLISTED = 16,
     MOCK_SIZE_IN_LOOKUP = 32, /* listed with ZM_SIZE_UNKNOWN, like compressed chunks */
+    MOCK_UNMADE = 64,         /* found with zm_node.error set */
+    MOCK_UNMADE_ONCE = 128,   /* ... at its first lookup only */
 };
 
 typedef struct mock_entry {
@@ -102,6 +110,10 @@ static const mock_entry mock_entries[] = {
     {"trouble", ZM_NODE_DIRECTORY, MOCK_NONE, 0, 0, NULL, 0},
     {"trouble/eio", ZM_NODE_FILE, MOCK_TEXT, 0, 0, "never read", MOCK_LOOKUP_FAILS | MOCK_UNLISTED},
     {"trouble/eio_read", ZM_NODE_FILE, MOCK_PATTERN, 1000, 5, NULL, MOCK_READ_FAILS},
+    {"trouble/unmade", ZM_NODE_FILE, MOCK_PATTERN, 1000, 6, NULL,
+     MOCK_UNMADE | MOCK_SIZE_IN_LOOKUP},
+    {"trouble/flaky", ZM_NODE_FILE, MOCK_PATTERN, 777, 7, NULL,
+     MOCK_UNMADE_ONCE | MOCK_SIZE_IN_LOOKUP},
     {"trouble/badlist", ZM_NODE_DIRECTORY, MOCK_NONE, 0, 0, NULL, MOCK_LIST_FAILS},
 };
 
@@ -120,6 +132,7 @@ struct zm_tree {
     int closing;
     int helper_blocks_sigterm;
     int helper_started;
+    atomic_int flaky_lookups; /* lookups of trouble/flaky */
 };
 
 /* ---- Entries -------------------------------------------------------------------- */
@@ -352,6 +365,12 @@ int zm__tree_lookup(zm_tree *tree, const char *path, zm_node *node, zm_err *err)
     if (entry.flags & MOCK_LOOKUP_FAILS)
         return zm_err_set(err, -EIO, "mock: cannot make %s (synthesis failed)", path);
     *node = (zm_node){.kind = entry.kind, .size = mock_size(tree, &entry)};
+    if ((entry.flags & MOCK_UNMADE) ||
+        ((entry.flags & MOCK_UNMADE_ONCE) && atomic_fetch_add(&tree->flaky_lookups, 1) == 0)) {
+        node->error = -EIO;
+        node->size = ZM_SIZE_UNMADE;
+        zm_err_set(err, -EIO, "mock: %s: a damaged source chunk", path);
+    }
     return 0;
 }
 
@@ -383,6 +402,9 @@ int zm__tree_list(zm_tree *tree, const char *path, zm__tree_emit emit, void *con
         /* Kept on disk (a disk cache), the size is known from its entry, as
          * the real tree lists kept chunks. */
         if ((child.flags & MOCK_SIZE_IN_LOOKUP) && tree->cache_dir == NULL)
+            node.size = ZM_SIZE_UNKNOWN;
+        /* A file whose bytes could not be made has no size a listing knows. */
+        if (child.flags & (MOCK_UNMADE | MOCK_UNMADE_ONCE))
             node.size = ZM_SIZE_UNKNOWN;
         if ((rc = emit(context, name, &node)) != 0)
             return rc;
@@ -442,7 +464,8 @@ int zm__tree_open_kept(zm_tree *tree, const char *path, int *fd, uint64_t *size,
     *size = 0;
     mock_entry entry;
     if (tree->cache_dir == NULL || !mock_find(path, &entry) || entry.kind != ZM_NODE_FILE ||
-        entry.content != MOCK_PATTERN || (entry.flags & MOCK_READ_FAILS))
+        entry.content != MOCK_PATTERN ||
+        (entry.flags & (MOCK_READ_FAILS | MOCK_UNMADE | MOCK_UNMADE_ONCE)))
         return zm_err_set(err, -ENOENT, "%s: not kept on disk (mock)", path);
     char name[4096];
     int at = snprintf(name, sizeof name, "%s/kept-", tree->cache_dir);
@@ -475,7 +498,8 @@ int zm__tree_read_kept(zm_tree *tree, const char *path, uint8_t **bytes, size_t 
     *size = 0;
     mock_entry entry;
     if (tree->cache_dir == NULL || !mock_find(path, &entry) || entry.kind != ZM_NODE_FILE ||
-        entry.content != MOCK_PATTERN || (entry.flags & MOCK_READ_FAILS))
+        entry.content != MOCK_PATTERN ||
+        (entry.flags & (MOCK_READ_FAILS | MOCK_UNMADE | MOCK_UNMADE_ONCE)))
         return zm_err_set(err, -ENOENT, "%s: not kept on disk (mock)", path);
     uint64_t total = mock_size(tree, &entry);
     uint8_t *out = malloc(total ? total : 1);
@@ -519,6 +543,13 @@ void zm__tree_count_open(zm_tree *tree, const char *path)
 {
     (void)tree;
     (void)path;
+}
+
+void zm__tree_count_unmade(zm_tree *tree, const char *path, int read)
+{
+    (void)tree;
+    (void)path;
+    (void)read;
 }
 
 void zm__tree_release_snapshot(zm_tree *tree, uint64_t snapshot)

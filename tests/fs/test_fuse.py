@@ -73,7 +73,9 @@ FILES.update({f"many/f{i:04d}": f"file {i:04d}\n".encode() for i in range(1000)}
 SLOW_DATA = {path: pattern(16 + i, 1 << 20) for i, path in enumerate(SLOW)}
 DIRECTORIES = ["full", "full/X", "many", "trouble", "trouble/badlist"]
 ROOT_NAMES = ["README", "big.bin", "empty", "full", "link", "many", "options", "trouble"]
-TROUBLE_NAMES = ["badlist", "eio_read"] + [p.split("/")[1] for p in SLOW]
+TROUBLE_NAMES = sorted(["badlist", "eio_read", "flaky", "unmade"] + [p.split("/")[1] for p in SLOW])
+# The size a file whose bytes could not be made reports (src/fs/tree.h: ZM_SIZE_UNMADE).
+UNMADE_SIZE = 4096
 
 
 # ---- Mounts ------------------------------------------------------------------------------
@@ -425,6 +427,71 @@ def test_failures():
           log.count("synthesis failed") == 1 and log.count("chunk could not be read") == 1
           and log.count("cannot list trouble/badlist") == 1 and log.count("remount") == 1, log)
     check("log: missing names are not failures", "full/nothing" not in log, log)
+
+
+def drop_dentries():
+    """Asks the kernel to drop the dentries and inodes nobody uses (FUSE
+    then forgets them: its inodes go with their last reference)."""
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2\n")
+
+
+def test_unmade():
+    """A file the tree finds but cannot make the bytes of (zm_node.error):
+    the lookup answers (zarr-python 2 asks os.path.isfile before reading, and
+    a failed lookup would be a missing chunk to it, filled in); the open (on
+    a fresh mount, the first one reaches the daemon) and every read fail
+    with EIO; the failure stays with the inode (the mock would serve the
+    file if asked: a daemon that asked it again would serve bytes under a
+    size that is not theirs) until the kernel forgets it; the log says why
+    once."""
+    mount = Mount()
+    if not check("mounts", mount.mounted, mount.log()):
+        return
+    unmade = mount.path("trouble/unmade")
+    st = os.stat(unmade)
+    check("unmade: found, a regular file with the placeholder size (more than 0)",
+          stat.S_ISREG(st.st_mode) and st.st_size == UNMADE_SIZE and os.path.isfile(unmade), str(st))
+    check("unmade: the first open (answered by the daemon) fails with EIO",
+          error_of(os.open, unmade, os.O_RDONLY) == errno.EIO)
+    check("read: other files read meanwhile", read_all(mount.path("README")) == FILES["README"])
+    # The kernel now opens files by itself (no-open mode): the reads fail.
+    check("unmade: every read fails with EIO, never the bytes the tree would now give",
+          all(error_of(read_all, unmade, piece) == errno.EIO for piece in (1, 4096, 1 << 16) for _ in range(3)))
+    fd = None
+    try:
+        fd = os.open(unmade, os.O_RDONLY)
+        check("unmade: pread at an offset fails too", error_of(os.pread, fd, 100, 2000) == errno.EIO)
+    except OSError as error:
+        check("unmade: pread at an offset fails too", error.errno == errno.EIO, str(error))
+    finally:
+        if fd is not None:
+            os.close(fd)
+    listing = subprocess.run(["ls", "-l", mount.path("trouble")], capture_output=True, text=True,
+                             timeout=WAIT_SECONDS)
+    rows = {line.split()[-1]: line.split() for line in listing.stdout.splitlines()[1:]}
+    check("unmade: ls -l lists it with the placeholder size",
+          "unmade" in rows and int(rows["unmade"][4]) == UNMADE_SIZE, listing.stdout)
+    check("unmade: stat is unchanged", os.stat(unmade).st_size == UNMADE_SIZE)
+    # A file found unmade at its first lookup only: its inode keeps the
+    # failure while the kernel holds it; a lookup after it forgot tries again.
+    flaky = mount.path("trouble/flaky")
+    check("flaky: found unmade", os.stat(flaky).st_size == UNMADE_SIZE)
+    check("flaky: reads fail while the kernel holds the inode",
+          all(error_of(read_all, flaky) == errno.EIO for _ in range(3)) and os.stat(flaky).st_size == UNMADE_SIZE)
+    deadline = time.monotonic() + WAIT_SECONDS
+    size = UNMADE_SIZE
+    while size == UNMADE_SIZE and time.monotonic() < deadline:
+        drop_dentries()
+        time.sleep(0.1)
+        size = os.stat(flaky).st_size
+    check("flaky: once the kernel forgot it, a new lookup makes it", size == 777, str(size))
+    check("flaky: then it reads its bytes", error_of(read_all, flaky) == 0 and read_all(flaky) == pattern(7, 777))
+    log = mount.log()
+    said = [line for line in log.splitlines() if "trouble/unmade" in line]
+    check("unmade: the log says why, once, naming the file and the reason",
+          len(said) == 1 and "a damaged source chunk" in said[0] and "EIO" in said[0], log)
+    check("unmade: the daemon stays up", mount.is_mounted() and mount.process.poll() is None)
 
 
 def open_and_write(path, flags):
@@ -941,7 +1008,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # meson's timeout: still clean up
     try:
         for name, test in [("attributes", test_attributes), ("listing", test_listing), ("reads", test_reads),
-                           ("failures", test_failures), ("read-only", test_read_only),
+                           ("failures", test_failures), ("unmade", test_unmade), ("read-only", test_read_only),
                            ("concurrency", test_concurrency), ("sigterm", test_sigterm_while_reading),
                            ("sigint-fusermount", test_sigint_and_fusermount), ("daemon", test_daemon),
                            ("refusals", test_refusals), ("options", test_options),
