@@ -1157,3 +1157,61 @@ Test(trust, the_default_directory)
         cr_expect_str_eq(got, "/home/someone/.cache/zarrmount");
     }
 }
+
+/* zm_disk_open and a put in a child as nobody: 0, or the error (its reason
+ * in why). */
+static int open_as_nobody(const char *directory, char *why, size_t size)
+{
+    int pipe_fds[2];
+    cr_assert_eq(pipe(pipe_fds), 0);
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {
+        close(pipe_fds[0]);
+        if (setgid(NOBODY) != 0 || setuid(NOBODY) != 0)
+            _exit(100);
+        zm_disk *disk;
+        zm_err err = {0};
+        int rc = zm_disk_open(directory, 1 << 20, &disk, &err);
+        if (rc == 0) {
+            rc = zm_disk_put(disk, "s", "k", "abc", 3, &err);
+            zm_disk_close(disk);
+        }
+        ssize_t n = write(pipe_fds[1], err.reason, strlen(err.reason));
+        (void)n;
+        _exit(rc == 0 ? 0 : rc == -EPERM ? 1 : 2);
+    }
+    close(pipe_fds[1]);
+    ssize_t n = read(pipe_fds[0], why, size - 1);
+    why[n > 0 ? n : 0] = '\0';
+    close(pipe_fds[0]);
+    int status;
+    waitpid(child, &status, 0);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 100, "the child could not become nobody");
+    return WEXITSTATUS(status);
+}
+
+Test(trust, a_user_passes_through_directories_it_cannot_list)
+{
+    need_root();
+    make_root();
+    /* root 0711 above (as a home directory's parent may be), the user's
+     * own directory below. */
+    cr_assert_eq(chmod(root, 0711), 0);
+    char home[256], path[300], why[600];
+    snprintf(home, sizeof home, "%s/home", root);
+    make_mode(home, 0700);
+    cr_assert_eq(chown(home, NOBODY, NOBODY), 0);
+    snprintf(path, sizeof path, "%s/.cache/zarrmount", home);
+    cr_expect_eq(open_as_nobody(path, why, sizeof why), 0, "%s", why);
+    struct stat st;
+    cr_expect(lstat(path, &st) == 0 && st.st_uid == NOBODY && (st.st_mode & 07777) == 0700);
+    /* A directory of root's given to the user: refused, not merely
+     * unwritable. */
+    char roots[256];
+    snprintf(roots, sizeof roots, "%s/roots", root);
+    make_mode(roots, 0755);
+    cr_expect_eq(open_as_nobody(roots, why, sizeof why), 1, "%s", why);
+    cr_expect(strstr(why, "owned by uid 0, not by uid 65534") != NULL, "%s", why);
+    remove_tree(root);
+}

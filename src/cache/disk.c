@@ -201,8 +201,8 @@ static const char *why_not_safe_above(const struct stat *st, char *why, size_t s
     return why;
 }
 
-/* mkdirat's errors, with EPERM (a file system that makes no directories)
- * told apart from the -EPERM that means "not private". */
+/* An error of mkdirat or faccessat, with EPERM (a file system that makes no
+ * directories, an immutable one) told apart from -EPERM, "not private". */
 static int make_error(int error)
 {
     return error == EPERM ? -EACCES : -error;
@@ -250,7 +250,7 @@ static int open_private(const char *directory, int *out, zm_err *err)
             count++;
             at = end;
         }
-        int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
             return zm_err_set(err, -errno, "cache directory %s: cannot open /: %s", directory,
                               strerror(errno));
@@ -279,12 +279,16 @@ static int open_private(const char *directory, int *out, zm_err *err)
             size_t length = parts[i].end - parts[i].start;
             memcpy(name, path + parts[i].start, length);
             name[length] = '\0';
-            int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+            /* O_PATH: a directory above may let the user through without
+             * letting it list (mode 0711). */
+            int flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
             int next = openat(fd, name, flags);
-            int created = 0;
             if (next < 0 && errno == ENOENT) {
                 if (mkdirat(fd, name, 0700) == 0)
-                    created = 1;
+                    /* Exactly 0700, whatever the umask. Its parent was
+                     * checked: nobody else can have swapped it since, and
+                     * it is checked itself once opened. */
+                    (void)fchmodat(fd, name, 0700, 0);
                 else if (errno != EEXIST)
                     rc = zm_err_set(err, make_error(errno),
                                     "cannot make the cache directory %.*s: %s", (int)parts[i].end,
@@ -315,8 +319,6 @@ static int open_private(const char *directory, int *out, zm_err *err)
                     rc = zm_err_set(err, -error, "cache directory %s: %.*s: %s", directory,
                                     (int)parts[i].end, path, strerror(error));
             }
-            if (rc == 0 && created)
-                (void)fchmod(next, 0700); /* exactly, whatever the umask */
             if (rc != 0 || followed < count) {
                 if (next >= 0)
                     close(next);
@@ -707,7 +709,7 @@ static int open_format(zm_disk *disk, zm_err *err)
         return zm_err_set(err, -EPERM, "cache directory %s: %s/%s is %s", disk->directory,
                           disk->directory, DISK_FORMAT_NAME, why);
     if (faccessat(disk->directory_fd, DISK_FORMAT_NAME, R_OK | W_OK | X_OK, AT_EACCESS) != 0)
-        return zm_err_set(err, -errno, "cache directory %s/%s: %s", disk->directory,
+        return zm_err_set(err, make_error(errno), "cache directory %s/%s: %s", disk->directory,
                           DISK_FORMAT_NAME, strerror(errno));
     return 0;
 }

@@ -2966,9 +2966,9 @@ static int open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err)
     if (rc == -EPERM && given) {
         t->disk = NULL;
         return zm_err_set(err, rc,
-                          "-o cache_dir=%s refused: %s (a disk cache must be private to "
-                          "the mount's user)",
-                          directory, why.reason);
+                          "-o cache_dir refused: %s; a disk cache must be private to the "
+                          "mount's user",
+                          why.reason);
     }
     if (rc != 0) {
         zm__log(LOG_WARNING, "no disk cache (%s): chunks are kept in memory only", why.reason);
