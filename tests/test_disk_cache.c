@@ -255,8 +255,12 @@ Test(disk, a_crash_leaves_no_entry_and_its_leftovers_go)
 Test(disk, another_format_is_ignored_and_evicted_first)
 {
     make_root();
+    /* Another format's entry lies where every format files them:
+     * v<n>/<space hash>/<key hash>.entry. */
     char old[128];
     snprintf(old, sizeof old, "%s/v0", root);
+    cr_assert_eq(mkdir(old, 0700), 0);
+    snprintf(old, sizeof old, "%s/v0/00000000000000ff", root);
     cr_assert_eq(mkdir(old, 0700), 0);
     char old_entry[200];
     snprintf(old_entry, sizeof old_entry, "%s/0123456789abcdef.entry", old);
@@ -635,5 +639,579 @@ Test(disk, an_old_payload_nothing_names_goes_at_open)
     cr_expect_eq(zm_disk_get(disk, "s", "k", &got, &size, &err), 0, "%s", err.reason);
     free(got);
     zm_disk_close(disk);
+    remove_tree(root);
+}
+
+/* ---- Trust: a cache only where it is private --------------------------------------- */
+
+#define NOBODY 65534
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The whole of a small file ("" if it cannot be read). */
+static const char *text_of(const char *path, char *out, size_t size)
+{
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return out;
+    size_t n = fread(out, 1, size - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    return out;
+}
+
+static int exists_nofollow(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* The names the cache gives space's directory and key's header. */
+static void hashed_names(const char *space, const char *key, char space_name[17], char entry[24])
+{
+    snprintf(space_name, 17, "%016llx", (unsigned long long)zm_cache_key(space, strlen(space)));
+    snprintf(entry, 24, "%016llx.entry", (unsigned long long)zm_cache_key(key, strlen(key)));
+}
+
+static void need_root(void)
+{
+    if (geteuid() != 0)
+        cr_skip_test("needs root (chown to another user)");
+}
+
+/* Opening directory is refused (-EPERM) with a reason naming it and holding
+ * why; nothing is made in it. */
+static void refused(const char *directory, const char *why)
+{
+    zm_disk *disk = NULL;
+    zm_err err = {0};
+    cr_expect_eq(zm_disk_open(directory, 1 << 20, &disk, &err), -EPERM, "%s: opened (%s)",
+                 directory, err.reason);
+    cr_expect_null(disk);
+    cr_expect(strstr(err.reason, directory) != NULL, "the reason does not name %s: %s", directory,
+              err.reason);
+    cr_expect(strstr(err.reason, why) != NULL, "the reason does not say \"%s\": %s", why,
+              err.reason);
+    cr_expect(strchr(err.reason, '\n') == NULL, "not one line: %s", err.reason);
+    char v2[600];
+    snprintf(v2, sizeof v2, "%s/v2", directory);
+    cr_expect_not(exists_nofollow(v2), "%s: written through (%s was made)", directory, v2);
+    if (disk != NULL)
+        zm_disk_close(disk);
+}
+
+static void make_mode(const char *path, mode_t mode)
+{
+    cr_assert_eq(mkdir(path, 0700), 0, "mkdir %s: %s", path, strerror(errno));
+    cr_assert_eq(chmod(path, mode), 0);
+}
+
+Test(trust, a_directory_others_may_write_is_refused)
+{
+    make_root();
+    char path[256];
+    static const struct {
+        mode_t mode;
+        const char *why;
+    } modes[] = {{0777, "writable by its group and by others"},
+                 {0770, "writable by its group (mode 0770)"},
+                 {0757, "writable by others (mode 0757)"},
+                 {01777, "writable by its group and by others (mode 1777)"}};
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+        snprintf(path, sizeof path, "%s/mode-%04o", root, (unsigned)modes[i].mode);
+        make_mode(path, modes[i].mode);
+        /* Someone else's file there is left as it was. */
+        char theirs[300], back[64];
+        snprintf(theirs, sizeof theirs, "%s/theirs", path);
+        write_text(theirs, "theirs");
+        refused(path, modes[i].why);
+        cr_expect_str_eq(text_of(theirs, back, sizeof back), "theirs");
+    }
+    remove_tree(root);
+}
+
+Test(trust, a_directory_of_another_user_is_refused)
+{
+    need_root();
+    make_root();
+    char path[256];
+    snprintf(path, sizeof path, "%s/nobodys", root);
+    make_mode(path, 0700);
+    cr_assert_eq(chown(path, NOBODY, NOBODY), 0);
+    refused(path, "owned by uid 65534, not by uid 0");
+    remove_tree(root);
+}
+
+Test(trust, a_symbolic_link_is_refused_even_to_a_good_directory)
+{
+    make_root();
+    char good[256], link[256];
+    snprintf(good, sizeof good, "%s/good", root);
+    snprintf(link, sizeof link, "%s/link", root);
+    make_mode(good, 0700);
+    cr_assert_eq(symlink(good, link), 0);
+    refused(link, "is a symbolic link");
+    char v2[300];
+    snprintf(v2, sizeof v2, "%s/v2", good);
+    cr_expect_not(exists_nofollow(v2), "written through the link");
+    /* The good directory itself is fine. */
+    zm_disk *disk;
+    zm_err err = {0};
+    cr_expect_eq(zm_disk_open(good, 1 << 20, &disk, &err), 0, "%s", err.reason);
+    zm_disk_close(disk);
+    remove_tree(root);
+}
+
+Test(trust, a_directory_above_that_others_may_change_is_refused)
+{
+    make_root();
+    char above[256], path[300];
+    /* Writable by others and not sticky: anyone could rename the cache
+     * away and put their own in its place. Nothing is made in it. */
+    snprintf(above, sizeof above, "%s/shared", root);
+    make_mode(above, 0777);
+    snprintf(path, sizeof path, "%s/cache", above);
+    refused(path, "above it is writable by others and not sticky");
+    cr_expect_not(exists_nofollow(path), "the cache directory was made in %s", above);
+    /* Writable by its group, not sticky. */
+    snprintf(above, sizeof above, "%s/group", root);
+    make_mode(above, 0770);
+    snprintf(path, sizeof path, "%s/cache", above);
+    make_mode(path, 0700);
+    refused(path, "above it is writable by its group and not sticky");
+    remove_tree(root);
+}
+
+Test(trust, a_directory_above_of_another_user_is_refused)
+{
+    need_root();
+    make_root();
+    char above[256], path[300];
+    snprintf(above, sizeof above, "%s/theirs", root);
+    make_mode(above, 0755);
+    snprintf(path, sizeof path, "%s/cache", above);
+    make_mode(path, 0700);
+    cr_assert_eq(chown(above, NOBODY, NOBODY), 0);
+    refused(path, "owned by uid 65534, neither root nor uid 0");
+    /* A link above owned by another user (in a sticky directory, as /tmp) is
+     * not followed either: its owner chose where it points. */
+    char sticky[256], link[300], target[300];
+    snprintf(sticky, sizeof sticky, "%s/sticky", root);
+    make_mode(sticky, 01777);
+    snprintf(target, sizeof target, "%s/target", root);
+    make_mode(target, 0755);
+    snprintf(link, sizeof link, "%s/link", sticky);
+    cr_assert_eq(symlink(target, link), 0);
+    cr_assert_eq(lchown(link, NOBODY, NOBODY), 0);
+    snprintf(path, sizeof path, "%s/cache", link);
+    refused(path, "above it is a symbolic link owned by uid 65534");
+    snprintf(path, sizeof path, "%s/cache", target);
+    cr_expect_not(exists_nofollow(path), "made through another user's link");
+    remove_tree(root);
+}
+
+Test(trust, a_sticky_directory_above_and_links_of_root_are_fine)
+{
+    make_root();
+    char sticky[256], path[300];
+    /* As /tmp: writable by everyone, but sticky. */
+    snprintf(sticky, sizeof sticky, "%s/tmp-like", root);
+    make_mode(sticky, 01777);
+    snprintf(path, sizeof path, "%s/cache", sticky);
+    zm_disk *disk;
+    zm_err err = {0};
+    cr_assert_eq(zm_disk_open(path, 1 << 20, &disk, &err), 0, "%s", err.reason);
+    cr_assert_eq(zm_disk_put(disk, "s", "k", "abc", 3, &err), 0, "%s", err.reason);
+    zm_disk_close(disk);
+    /* A link above made by the user (or root), as /home -> /usr/home. */
+    char real[256], link[256];
+    snprintf(real, sizeof real, "%s/real", root);
+    snprintf(link, sizeof link, "%s/linked", root);
+    make_mode(real, 0755);
+    cr_assert_eq(symlink(real, link), 0);
+    snprintf(path, sizeof path, "%s/a/cache", link);
+    cr_assert_eq(zm_disk_open(path, 1 << 20, &disk, &err), 0, "%s", err.reason);
+    cr_assert_eq(zm_disk_put(disk, "s", "k", "abc", 3, &err), 0, "%s", err.reason);
+    zm_disk_close(disk);
+    snprintf(path, sizeof path, "%s/a/cache/v2", real);
+    struct stat st;
+    cr_expect_eq(lstat(path, &st), 0, "not filed in the link's target");
+    remove_tree(root);
+}
+
+Test(trust, directories_made_are_0700_whatever_the_umask)
+{
+    make_root();
+    mode_t previous = umask(0);
+    char path[256];
+    snprintf(path, sizeof path, "%s/a/b/cache", root);
+    zm_disk *disk;
+    zm_err err = {0};
+    cr_assert_eq(zm_disk_open(path, 1 << 20, &disk, &err), 0, "%s", err.reason);
+    cr_assert_eq(zm_disk_put(disk, "s", "k", "abc", 3, &err), 0, "%s", err.reason);
+    zm_disk_close(disk);
+    umask(previous);
+    char space_name[17], entry[24];
+    hashed_names("s", "k", space_name, entry);
+    const char *made[] = {"a", "a/b", "a/b/cache", "a/b/cache/v2", NULL};
+    for (int i = 0; made[i] != NULL; i++) {
+        char each[400];
+        snprintf(each, sizeof each, "%s/%s", root, made[i]);
+        struct stat st;
+        cr_assert_eq(lstat(each, &st), 0, "%s", each);
+        cr_expect_eq(st.st_mode & 07777, 0700, "%s: mode %04o", each,
+                     (unsigned)(st.st_mode & 07777));
+        cr_expect_eq(st.st_uid, geteuid());
+    }
+    char space[400], file[500];
+    snprintf(space, sizeof space, "%s/a/b/cache/v2/%s", root, space_name);
+    struct stat st;
+    cr_assert_eq(lstat(space, &st), 0);
+    cr_expect_eq(st.st_mode & 07777, 0700, "space directory: mode %04o",
+                 (unsigned)(st.st_mode & 07777));
+    snprintf(file, sizeof file, "%s/%s", space, entry);
+    cr_assert_eq(lstat(file, &st), 0);
+    cr_expect_eq(st.st_mode & 077, 0, "an entry readable by others: mode %04o",
+                 (unsigned)(st.st_mode & 07777));
+    remove_tree(root);
+}
+
+Test(trust, paths_with_dot_components_are_refused)
+{
+    zm_disk *disk;
+    zm_err err = {0};
+    cr_expect_eq(zm_disk_open("/tmp/../tmp/zm-cache", 1 << 20, &disk, &err), -EINVAL);
+    cr_expect(strstr(err.reason, "..") != NULL, "%s", err.reason);
+    cr_expect_eq(zm_disk_open("/tmp/./zm-cache", 1 << 20, &disk, &err), -EINVAL);
+}
+
+/* A victim: a directory of files that are not the cache's, outside it. */
+struct victim {
+    char directory[256], file[300], entry_like[300];
+};
+
+static void make_victim(struct victim *v)
+{
+    snprintf(v->directory, sizeof v->directory, "%s/victim", root);
+    make_mode(v->directory, 0755);
+    snprintf(v->file, sizeof v->file, "%s/secret", v->directory);
+    write_text(v->file, "the victim's secret");
+    snprintf(v->entry_like, sizeof v->entry_like, "%s/0123456789abcdef.entry", v->directory);
+    write_text(v->entry_like, "named like an entry, but the victim's");
+}
+
+static void victim_untouched(const struct victim *v)
+{
+    char back[128];
+    cr_expect_str_eq(text_of(v->file, back, sizeof back), "the victim's secret",
+                     "the victim's file changed");
+    cr_expect_str_eq(text_of(v->entry_like, back, sizeof back),
+                     "named like an entry, but the victim's",
+                     "the victim's entry-named file changed");
+    int count = 0;
+    DIR *d = opendir(v->directory);
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        count += e->d_name[0] != '.';
+    closedir(d);
+    cr_expect_eq(count, 2, "files were added to or removed from the victim's directory (%d)",
+                 count);
+}
+
+Test(trust, foreign_files_survive_eviction_and_the_census_and_are_never_served)
+{
+    make_root();
+    struct victim victim;
+    make_victim(&victim);
+    char cache[256];
+    snprintf(cache, sizeof cache, "%s/cache", root);
+    zm_disk *disk;
+    zm_err err = {0};
+    uint64_t bound = 16 * 1024;
+    cr_assert_eq(zm_disk_open(cache, bound, &disk, &err), 0, "%s", err.reason);
+    cr_assert_eq(zm_disk_put(disk, "s", "first", "abc", 3, &err), 0, "%s", err.reason);
+    zm_disk_close(disk);
+
+    char space_name[17], entry[24], bait_space[17], bait_entry[24];
+    hashed_names("s", "k", space_name, entry);
+    hashed_names("bait", "k", bait_space, bait_entry);
+    char paths[16][600];
+    int count = 0;
+    /* Files with other names, wherever they are. */
+    snprintf(paths[count], 600, "%s/notes.txt", cache);
+    write_text(paths[count++], "notes");
+    snprintf(paths[count], 600, "%s/v2/README", cache);
+    write_text(paths[count++], "readme");
+    const char *names[] = {"garbage.entry",
+                           "tmp.",
+                           "tmp.12",
+                           "tmp.x.1",
+                           "tmp.1.2.3",
+                           "tmp.-5.1",
+                           "0123456789ABCDEF.entry",
+                           "0123456789abcdef-zz23456789abcdef.data"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(paths[count], 600, "%s/v2/%s/%s", cache, space_name, names[i]);
+        write_text(paths[count++], "not the cache's");
+    }
+    /* Someone's subdirectory of files, with a name like a space's, and
+     * another with a name like an entry's inside a space. */
+    char theirs[600];
+    snprintf(theirs, sizeof theirs, "%s/v2/00000000000000aa", cache);
+    cr_assert_eq(mkdir(theirs, 0700), 0);
+    snprintf(theirs, sizeof theirs, "%s/v2/someone", cache);
+    cr_assert_eq(mkdir(theirs, 0700), 0);
+    snprintf(paths[count], 600, "%s/v2/someone/0123456789abcdef.entry", cache);
+    write_text(paths[count++], "someone's");
+    snprintf(theirs, sizeof theirs, "%s/v2/%s/fedcba9876543210.entry", cache, space_name);
+    cr_assert_eq(mkdir(theirs, 0700), 0);
+    snprintf(paths[count], 600, "%s/data", theirs);
+    write_text(paths[count++], "inside a directory named like an entry");
+    /* A symbolic link named like the entry of ("s", "k"), and one named like
+     * a payload, each pointing at the victim's file. */
+    char link[600], data_link[600];
+    snprintf(link, sizeof link, "%s/v2/%s/%s", cache, space_name, entry);
+    cr_assert_eq(symlink(victim.file, link), 0);
+    snprintf(data_link, sizeof data_link, "%s/v2/%s/%.16s-0000000000000001.data", cache, space_name,
+             entry);
+    cr_assert_eq(symlink(victim.file, data_link), 0);
+    /* A space directory ("bait") that is a link to the victim's directory,
+     * and a FIFO named like an entry (reading it would block). */
+    char space_link[600], fifo[600];
+    snprintf(space_link, sizeof space_link, "%s/v2/%s", cache, bait_space);
+    cr_assert_eq(symlink(victim.directory, space_link), 0);
+    hashed_names("s", "fifo", space_name, entry);
+    snprintf(fifo, sizeof fifo, "%s/v2/%s/%s", cache, space_name, entry);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+
+    /* The census. */
+    cr_assert_eq(zm_disk_open(cache, bound, &disk, &err), 0, "%s", err.reason);
+    char example[256];
+    uint64_t foreign = zm_disk_foreign(disk, example, sizeof example);
+    cr_expect_geq(foreign, (uint64_t)count, "foreign files counted: %llu of %d",
+                  (unsigned long long)foreign, count);
+    cr_expect(strncmp(example, cache, strlen(cache)) == 0, "example: %s", example);
+    zm_disk_stats stats;
+    zm_disk_get_stats(disk, &stats);
+    cr_expect_eq(stats.entries, 1, "foreign files counted as entries: %llu",
+                 (unsigned long long)stats.entries);
+    cr_expect_eq(stats.foreign, foreign);
+    /* Never served: through the link named like the entry, through the
+     * linked space, from the FIFO. */
+    uint8_t *got = NULL;
+    size_t size;
+    int fd = -1;
+    uint64_t length;
+    cr_expect_eq(zm_disk_get(disk, "s", "k", &got, &size, &err), -ENOENT, "served through a link");
+    cr_expect_null(got);
+    cr_expect_eq(zm_disk_open_entry(disk, "s", "k", &fd, &length, &err), -ENOENT);
+    cr_expect_eq(fd, -1);
+    cr_expect_eq(zm_disk_get(disk, "bait", "k", &got, &size, &err), -ENOENT,
+                 "served a linked space");
+    cr_expect_eq(zm_disk_get(disk, "s", "fifo", &got, &size, &err), -ENOENT);
+    cr_expect_eq(zm_disk_size(disk, "s", "k", &length), -ENOENT);
+    cr_expect_not(zm_disk_has_space(disk, "bait"));
+    /* Never written through: the link is not replaced, the linked space
+     * not filled. */
+    zm_err_clear(&err);
+    cr_expect_eq(zm_disk_put(disk, "s", "k", "mine", 4, &err), -EEXIST);
+    cr_expect(strstr(err.reason, "left alone") != NULL, "%s", err.reason);
+    cr_expect_eq(zm_disk_put(disk, "bait", "k", "mine", 4, &err), -EEXIST);
+    cr_expect(strstr(err.reason, "left alone") != NULL, "%s", err.reason);
+    /* Eviction under a tiny bound, many times over. */
+    uint8_t value[3000];
+    char key[32];
+    for (int i = 0; i < 40; i++) {
+        fill(value, sizeof value, (unsigned)i);
+        snprintf(key, sizeof key, "entry-%d", i);
+        cr_assert_eq(zm_disk_put(disk, "s", key, value, sizeof value, &err), 0, "%s", err.reason);
+    }
+    zm_disk_get_stats(disk, &stats);
+    cr_expect_gt(stats.evictions, 0);
+    zm_disk_close(disk);
+    /* And the census again. */
+    cr_assert_eq(zm_disk_open(cache, bound, &disk, &err), 0, "%s", err.reason);
+    zm_disk_close(disk);
+    char back[128];
+    for (int i = 0; i < count; i++)
+        cr_expect(text_of(paths[i], back, sizeof back)[0] != '\0', "a foreign file went: %s",
+                  paths[i]);
+    char target[600];
+    ssize_t n;
+    n = readlink(link, target, sizeof target - 1);
+    cr_expect_gt(n, 0, "the link named like an entry went");
+    n = readlink(data_link, target, sizeof target - 1);
+    cr_expect_gt(n, 0, "the link named like a payload went");
+    n = readlink(space_link, target, sizeof target - 1);
+    cr_expect_gt(n, 0, "the linked space went");
+    struct stat st;
+    cr_expect(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO went");
+    snprintf(theirs, sizeof theirs, "%s/v2/00000000000000aa", cache);
+    cr_expect(lstat(theirs, &st) == 0 && S_ISDIR(st.st_mode), "an empty foreign space went");
+    victim_untouched(&victim);
+    remove_tree(root);
+}
+
+Test(trust, a_space_linked_to_another_cache_is_never_served_nor_evicted)
+{
+    make_root();
+    /* Another cache's genuine entry: checksums right, names right. */
+    char other[256], cache[256];
+    snprintf(other, sizeof other, "%s/other", root);
+    snprintf(cache, sizeof cache, "%s/cache", root);
+    zm_disk *disk;
+    zm_err err = {0};
+    cr_assert_eq(zm_disk_open(other, 1 << 20, &disk, &err), 0, "%s", err.reason);
+    cr_assert_eq(zm_disk_put(disk, "s", "k", "forged bytes", 12, &err), 0, "%s", err.reason);
+    zm_disk_close(disk);
+    char space_name[17], entry[24], space[300], link[600], header[600];
+    hashed_names("s", "k", space_name, entry);
+    snprintf(space, sizeof space, "%s/v2/%s", other, space_name);
+    snprintf(header, sizeof header, "%s/%s", space, entry);
+    cr_assert_eq(zm_disk_open(cache, 8 * 1024, &disk, &err), 0, "%s", err.reason);
+    snprintf(link, sizeof link, "%s/v2/%s", cache, space_name);
+    cr_assert_eq(symlink(space, link), 0);
+    uint8_t *got = NULL;
+    size_t size;
+    cr_expect_eq(zm_disk_get(disk, "s", "k", &got, &size, &err), -ENOENT,
+                 "served another cache's entry");
+    cr_expect_null(got);
+    uint8_t value[2000];
+    fill(value, sizeof value, 9);
+    char key[32];
+    for (int i = 0; i < 20; i++) {
+        snprintf(key, sizeof key, "e-%d", i);
+        cr_assert_eq(zm_disk_put(disk, "t", key, value, sizeof value, &err), 0, "%s", err.reason);
+    }
+    zm_disk_close(disk);
+    cr_expect(exists_nofollow(header), "eviction removed another cache's entry through a link");
+    cr_expect(exists_nofollow(link), "the link went");
+    remove_tree(root);
+}
+
+/* zm_disk_default_directory in a child as uid (-1: as this process), with
+ * the environment given (NULL: unset); its answer in out. */
+static void default_in_child(int uid, const char *xdg, const char *home, char *out, size_t size)
+{
+    int pipe_fds[2];
+    cr_assert_eq(pipe(pipe_fds), 0);
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {
+        close(pipe_fds[0]);
+        if (uid >= 0 && (setgid((gid_t)uid) != 0 || setuid((uid_t)uid) != 0))
+            _exit(2);
+        if (xdg)
+            setenv("XDG_CACHE_HOME", xdg, 1);
+        else
+            unsetenv("XDG_CACHE_HOME");
+        if (home)
+            setenv("HOME", home, 1);
+        else
+            unsetenv("HOME");
+        char directory[4096];
+        zm_err err = {0};
+        if (zm_disk_default_directory(directory, sizeof directory, &err) != 0)
+            snprintf(directory, sizeof directory, "error: %s", err.reason);
+        ssize_t n = write(pipe_fds[1], directory, strlen(directory));
+        _exit(n >= 0 ? 0 : 1);
+    }
+    close(pipe_fds[1]);
+    size_t done = 0;
+    ssize_t n;
+    while (done + 1 < size && (n = read(pipe_fds[0], out + done, size - 1 - done)) > 0)
+        done += (size_t)n;
+    out[done] = '\0';
+    close(pipe_fds[0]);
+    int status;
+    waitpid(child, &status, 0);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed");
+}
+
+Test(trust, the_default_directory)
+{
+    char got[4096];
+    default_in_child(-1, "/some/cache", "/home/x", got, sizeof got);
+    cr_expect_str_eq(got, "/some/cache/zarrmount", "$XDG_CACHE_HOME wins");
+    if (geteuid() == 0) {
+        default_in_child(-1, NULL, "/root", got, sizeof got);
+        cr_expect_str_eq(got, "/var/cache/zarrmount", "root without XDG_CACHE_HOME");
+        default_in_child(-1, "relative/cache", "/root", got, sizeof got);
+        cr_expect_str_eq(got, "/var/cache/zarrmount", "a relative XDG_CACHE_HOME is ignored");
+        default_in_child(NOBODY, NULL, "/home/someone", got, sizeof got);
+        cr_expect_str_eq(got, "/home/someone/.cache/zarrmount", "a user: $HOME/.cache");
+        default_in_child(NOBODY, NULL, NULL, got, sizeof got);
+        cr_expect(strstr(got, "/.cache/zarrmount") != NULL || strncmp(got, "error: ", 7) == 0,
+                  "a user without $HOME: the passwd home, or an error: %s", got);
+        cr_expect(strncmp(got, "/var/tmp", 8) != 0 && strncmp(got, "/tmp", 4) != 0, "%s", got);
+    } else {
+        default_in_child(-1, NULL, "/home/someone", got, sizeof got);
+        cr_expect_str_eq(got, "/home/someone/.cache/zarrmount");
+    }
+}
+
+/* zm_disk_open and a put in a child as nobody: 0, or the error (its reason
+ * in why). */
+static int open_as_nobody(const char *directory, char *why, size_t size)
+{
+    int pipe_fds[2];
+    cr_assert_eq(pipe(pipe_fds), 0);
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {
+        close(pipe_fds[0]);
+        if (setgid(NOBODY) != 0 || setuid(NOBODY) != 0)
+            _exit(100);
+        zm_disk *disk;
+        zm_err err = {0};
+        int rc = zm_disk_open(directory, 1 << 20, &disk, &err);
+        if (rc == 0) {
+            rc = zm_disk_put(disk, "s", "k", "abc", 3, &err);
+            zm_disk_close(disk);
+        }
+        ssize_t n = write(pipe_fds[1], err.reason, strlen(err.reason));
+        (void)n;
+        _exit(rc == 0 ? 0 : rc == -EPERM ? 1 : 2);
+    }
+    close(pipe_fds[1]);
+    ssize_t n = read(pipe_fds[0], why, size - 1);
+    why[n > 0 ? n : 0] = '\0';
+    close(pipe_fds[0]);
+    int status;
+    waitpid(child, &status, 0);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 100, "the child could not become nobody");
+    return WEXITSTATUS(status);
+}
+
+Test(trust, a_user_passes_through_directories_it_cannot_list)
+{
+    need_root();
+    make_root();
+    /* root 0711 above (as a home directory's parent may be), the user's
+     * own directory below. */
+    cr_assert_eq(chmod(root, 0711), 0);
+    char home[256], path[300], why[600];
+    snprintf(home, sizeof home, "%s/home", root);
+    make_mode(home, 0700);
+    cr_assert_eq(chown(home, NOBODY, NOBODY), 0);
+    snprintf(path, sizeof path, "%s/.cache/zarrmount", home);
+    cr_expect_eq(open_as_nobody(path, why, sizeof why), 0, "%s", why);
+    struct stat st;
+    cr_expect(lstat(path, &st) == 0 && st.st_uid == NOBODY && (st.st_mode & 07777) == 0700);
+    /* A directory of root's given to the user: refused, not merely
+     * unwritable. */
+    char roots[256];
+    snprintf(roots, sizeof roots, "%s/roots", root);
+    make_mode(roots, 0755);
+    cr_expect_eq(open_as_nobody(roots, why, sizeof why), 1, "%s", why);
+    cr_expect(strstr(why, "owned by uid 0, not by uid 65534") != NULL, "%s", why);
     remove_tree(root);
 }

@@ -84,22 +84,40 @@ uint64_t zm_cache_key(const void *bytes, size_t length);
  * off an older one's entries; entries of format 1 are moved to the current
  * format when first read, other formats are evicted first. Entries are in
  * the machine's byte order: another machine's read as damaged. Thread-safe;
- * several processes may share a directory. */
+ * several processes of one user may share a directory.
+ *
+ * Whoever can write an entry decides what is served (the checksum finds
+ * damage, not a writer who computes it again), so the directory must be
+ * private to the user running the mount: a real directory, not a symbolic
+ * link, owned by that user and writable by nobody else, below directories
+ * owned by root or that user that nobody else may write to unless they are
+ * sticky. Only the cache's own files (regular files with its names in its
+ * format and space directories) are ever read, counted or removed; a
+ * symbolic link inside is never followed. Anything else there is left
+ * alone and counted as foreign. */
 typedef struct zm_disk zm_disk;
 
 typedef struct zm_disk_stats {
     uint64_t hits, misses, writes, evictions, damaged;
     uint64_t migrated; /* entries of an older format moved to the current one */
     uint64_t bytes_held, entries, capacity_bytes;
+    uint64_t foreign; /* files there that are not the cache's own (left alone), at the last walk */
 } zm_disk_stats;
 
-/* The directory used when none is given: $XDG_CACHE_HOME/zarrmount, else
- * /var/tmp/zarrmount. */
-void zm_disk_default_directory(char *out, size_t size);
+/* The directory used when none is given: $XDG_CACHE_HOME/zarrmount when
+ * XDG_CACHE_HOME is an absolute path; else /var/cache/zarrmount for root
+ * (euid 0); else $HOME/.cache/zarrmount ($HOME absolute) or the user
+ * database's home directory's. Never a world-writable place of its own
+ * choosing. -ENOENT when there is none (no home), -ENAMETOOLONG. */
+int zm_disk_default_directory(char *out, size_t size, zm_err *err);
 
-/* Opens (making it if needed) the cache in directory (absolute), bounded to
- * max_bytes; removes temporary files a crash left. -EINVAL, -errno with the
- * reason (not writable, ...). */
+/* Opens (making it, and what is missing above it, mode 0700) the cache in
+ * directory (absolute, without . or .. components), bounded to max_bytes;
+ * removes temporary files a crash left. -EPERM when the directory is not
+ * private to this user (err names the directory and why: "a symbolic
+ * link", "owned by uid 1234", "writable by others", a directory above it
+ * that others may change); -EINVAL, -errno with the reason (cannot be made,
+ * not writable, ...). */
 int zm_disk_open(const char *directory, uint64_t max_bytes, zm_disk **out, zm_err *err);
 void zm_disk_close(zm_disk *disk);
 
@@ -132,5 +150,10 @@ int zm_disk_put(zm_disk *disk, const char *space, const char *key, const void *b
                 zm_err *err);
 
 void zm_disk_get_stats(zm_disk *disk, zm_disk_stats *stats);
+
+/* How many files the last walk over the directory (the census at open, an
+ * eviction) found that are not the cache's own, and (example, "" if none)
+ * the path of the first. */
+uint64_t zm_disk_foreign(zm_disk *disk, char *example, size_t size);
 
 #endif

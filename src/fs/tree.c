@@ -2987,16 +2987,23 @@ int zm__tree_check_source(zm_tree *t, zm_err *err)
  * size, modification time, inode and a hash of its first 64 KiB (the HDF5
  * superblock and root metadata), so a changed source never meets an old
  * entry. A directory that cannot be used is said once in the log and the
- * mount goes on without it. */
-static void open_disk(zm_tree *t, const zm_tree_options *options)
+ * mount goes on without it, except one given with -o cache_dir= that is
+ * not private to the mount's user (anyone else who could write to it could
+ * forge what is served): then the mount is refused (-EPERM, err says why). */
+static int open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err)
 {
     if (options->cache_dir != NULL && strcmp(options->cache_dir, "none") == 0)
-        return;
+        return 0;
+    int given = options->cache_dir != NULL;
     char directory[4096];
-    if (options->cache_dir != NULL)
+    zm_err why;
+    zm_err_clear(&why);
+    if (given)
         snprintf(directory, sizeof directory, "%s", options->cache_dir);
-    else
-        zm_disk_default_directory(directory, sizeof directory);
+    else if (zm_disk_default_directory(directory, sizeof directory, &why) != 0) {
+        zm__log(LOG_WARNING, "no disk cache (%s): chunks are kept in memory only", why.reason);
+        return 0;
+    }
     uint8_t head[65536];
     ssize_t got = 0;
     int fd = open(t->source_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -3008,24 +3015,39 @@ static void open_disk(zm_tree *t, const zm_tree_options *options)
     snprintf(t->disk_space, sizeof t->disk_space, "source|%lld|%lld|%llu|%016llx",
              (long long)id->size, (long long)id->mtime_ns, (unsigned long long)id->inode,
              (unsigned long long)XXH3_64bits(head, got > 0 ? (size_t)got : 0));
-    zm_err err;
-    zm_err_clear(&err);
-    if (zm_disk_open(directory, options->cache_max ? options->cache_max : (4ull << 30), &t->disk,
-                     &err) != 0) {
-        zm__log(LOG_WARNING, "no disk cache (%s): chunks are kept in memory only", err.reason);
+    int rc = zm_disk_open(directory, options->cache_max ? options->cache_max : (4ull << 30),
+                          &t->disk, &why);
+    if (rc == -EPERM && given) {
         t->disk = NULL;
-        return;
+        return zm_err_set(err, rc,
+                          "-o cache_dir refused: %s; a disk cache must be private to the "
+                          "mount's user",
+                          why.reason);
     }
+    if (rc != 0) {
+        zm__log(LOG_WARNING, "no disk cache (%s): chunks are kept in memory only", why.reason);
+        t->disk = NULL;
+        return 0;
+    }
+    char example[256];
+    uint64_t foreign = zm_disk_foreign(t->disk, example, sizeof example);
+    if (foreign > 0)
+        zm__log(LOG_INFO,
+                "the disk cache %s holds %llu files that are not its own (first: %s): "
+                "left alone, never read, counted or removed",
+                directory, (unsigned long long)foreign, example);
     sigset_t all, previous;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &previous);
     t->disk_writing = pthread_create(&t->disk_writer, NULL, disk_writer, t) == 0;
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
     if (!t->disk_writing) {
-        zm__log(LOG_WARNING, "no disk cache (cannot start its writer): chunks are kept in memory only");
+        zm__log(LOG_WARNING,
+                "no disk cache (cannot start its writer): chunks are kept in memory only");
         zm_disk_close(t->disk);
         t->disk = NULL;
     }
+    return 0;
 }
 
 int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
@@ -3069,7 +3091,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     if (rc == 0)
         rc = zm_source_default_block_size(t->source, &t->b0, err);
     if (rc == 0)
-        open_disk(t, options);
+        rc = open_disk(t, options, err);
     if (rc == 0)
         rc = zm_cache_create(t->cache_bytes, &t->files);
     if (rc == 0) {

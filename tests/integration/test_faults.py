@@ -412,8 +412,10 @@ def change_during_walks(scratch):
 
 @contextlib.contextmanager
 def tmpfs(path, *options):
+    """A tmpfs at path, its root 0700 (a cache directory must be private to
+    the daemon's user: tmpfs makes its root 1777 by default)."""
     os.makedirs(path, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(options) or "defaults", "tmpfs", path],
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(("mode=0700",) + options), "tmpfs", path],
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"mount tmpfs: {done.stderr.strip()}")
