@@ -2171,10 +2171,11 @@ static json_t *stats_document(zm_tree *t, uint64_t serial)
     if (t->disk != NULL) {
         zm_disk_stats d;
         zm_disk_get_stats(t->disk, &d);
-        disk = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "hits", (json_int_t)d.hits,
-                         "misses", (json_int_t)d.misses, "writes", (json_int_t)d.writes,
-                         "evictions", (json_int_t)d.evictions, "damaged", (json_int_t)d.damaged,
-                         "migrated", (json_int_t)d.migrated,
+        disk = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "hits",
+                         (json_int_t)d.hits, "misses", (json_int_t)d.misses, "writes",
+                         (json_int_t)d.writes, "evictions", (json_int_t)d.evictions, "damaged",
+                         (json_int_t)d.damaged, "migrated", (json_int_t)d.migrated, "foreign",
+                         (json_int_t)d.foreign,
                          "bytesHeld", (json_int_t)d.bytes_held, "entries", (json_int_t)d.entries,
                          "capacityBytes", (json_int_t)d.capacity_bytes);
     }

@@ -258,6 +258,8 @@ def check_foreign_files():
         log = mount.log().decode(errors="replace")
     check("foreign: the bytes served are a cacheless mount's (no link followed)", got == reference)
     check("foreign: the mount evicted", disk is not None and disk["evictions"] > 0, str(disk))
+    check("foreign: stats.json counts the foreign files (diskCache.foreign)",
+          disk is not None and disk.get("foreign", 0) > 0, str(disk))
     said = [line for line in log.splitlines() if "not its own" in line]
     check("foreign: the log says once that foreign files are left alone",
           len(said) == 1 and "left alone" in said[0] and cache in said[0], log)
