@@ -23,7 +23,8 @@ static char work[256];
 
 static void make_work(void)
 {
-    snprintf(work, sizeof work, "%s/zm-confine-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(work, sizeof work, "%s/zm-confine-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     cr_assert_not_null(mkdtemp(work));
 }
 
@@ -280,8 +281,8 @@ Test(confine, user_defined_links_are_never_followed)
     make_work();
     char path[4096];
     copy_fixture("h5ad/x-dense.h5ad", "x.h5ad", path, sizeof path);
-    const H5L_class_t class = {H5L_LINK_CLASS_T_VERS, (H5L_type_t)65, "test", NULL, NULL, NULL,
-                               refuse, NULL, NULL};
+    const H5L_class_t class = {
+        H5L_LINK_CLASS_T_VERS, (H5L_type_t)65, "test", NULL, NULL, NULL, refuse, NULL, NULL};
     cr_assert_geq(H5Lregister(&class), 0);
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     cr_assert_geq(H5Lcreate_ud(f, "/uns/mine", (H5L_type_t)65, "x", 1, H5P_DEFAULT, H5P_DEFAULT),
