@@ -361,3 +361,41 @@ Test(confine, plugin_path_is_the_systems)
     zm_source_close(s);
     remove_work();
 }
+
+/* HDF5 closed and started again in the process (H5close): the next open
+ * confines it again. */
+Test(confine, confined_again_after_h5close)
+{
+    make_work();
+    char path[4096], other[4096];
+    copy_fixture("h5ad/x-dense.h5ad", "x.h5ad", path, sizeof path);
+    in_work(other, sizeof other, "other.h5");
+    write_other(other);
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert_geq(H5Lcreate_external(other, "/d", f, "/uns/e", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(f);
+    zm_source_close(open_source(path));
+    zm__hdf5_lock();
+    H5close();
+    /* HDF5's own class again: the link is followed. */
+    f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "/uns/e", H5P_DEFAULT);
+    cr_expect_geq(d, 0, "the test does not reach another file without zarrmount's confinement");
+    if (d >= 0)
+        H5Dclose(d);
+    H5Fclose(f);
+    zm__hdf5_unlock();
+
+    zm_source *s = open_source(path);
+    expect_skipped(s, "/uns/e", "an external link to", ":/d is not followed");
+    zm__hdf5_lock();
+    f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    d = H5Dopen2(f, "/uns/e", H5P_DEFAULT);
+    cr_expect_lt(d, 0, "HDF5 followed an external link after it started again");
+    if (d >= 0)
+        H5Dclose(d);
+    H5Fclose(f);
+    zm__hdf5_unlock();
+    zm_source_close(s);
+    remove_work();
+}

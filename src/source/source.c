@@ -29,14 +29,15 @@ uint64_t zm_source_n_obs(const zm_source *source) { return source->n_obs; }
 uint64_t zm_source_n_vars(const zm_source *source) { return source->n_vars; }
 const zm_element *zm_source_root(const zm_source *source) { return source->root; }
 
-static pthread_once_t hdf5_quiet_once = PTHREAD_ONCE_INIT;
-static void hdf5_quiet(void)
+/* HDF5 as every open needs it (at each: it costs nothing, and a library
+ * closed and started again in the process, H5close, is set up again). */
+static void hdf5_setup(void)
 {
     /* Errors come back to us as return values with our own reasons; HDF5's
      * stack dumps on stderr would only confuse. */
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     zm__h5_register_filters();
-    /* Before any file is opened: nothing HDF5 does may reach another. */
+    /* Before the file is opened: nothing HDF5 does may reach another. */
     zm__h5_confine();
 }
 
@@ -146,7 +147,7 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
 {
     *out = NULL;
     zm__hdf5_lock();
-    pthread_once(&hdf5_quiet_once, hdf5_quiet);
+    hdf5_setup();
     zm__hdf5_unlock();
     zm_source *source = calloc(1, sizeof *source);
     if (source == NULL)

@@ -217,7 +217,7 @@ int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *range
                        void *out, zm_err *err);
 int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
                         zm_strings *out, zm_err *err);
-/* Registers our lzf, zstd and blosc decoders with HDF5 (once, lock held). */
+/* Registers our lzf, zstd and blosc decoders with HDF5 (at each open, lock held). */
 void zm__h5_register_filters(void);
 
 /* ---- Nothing outside the source (confine.c); HDF5 lock held ------------------ */
@@ -229,9 +229,9 @@ void zm__h5_register_filters(void);
  * with the reason. */
 #define ZM__OUTSIDE (-EXDEV)
 
-/* Once, before any file is opened: external links made untraversable
- * (their class replaced by one that refuses), the filter plugin path pinned
- * to the system directory. */
+/* Before a file is opened (again at each: idempotent): external links made
+ * untraversable (their class replaced by one that refuses), the filter
+ * plugin path pinned to the system directory. */
 void zm__h5_confine(void);
 /* The one directory HDF5 may load filter plugins from. */
 const char *zm__h5_plugin_directory(void);
