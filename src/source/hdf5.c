@@ -856,6 +856,21 @@ static hid_t memory_type(const zm_array *array, hid_t value_type)
     return compound;
 }
 
+/* An H5Dread that failed: a filter only a plugin decodes (from the system's
+ * plugin directory alone) is the likelier cause than damage. */
+static int read_failed(const zm_array *array, const char *what, zm_err *err)
+{
+    for (unsigned i = 0; i < array->filter_count; i++)
+        if (!zm__filter_supported(array->filters[i].id))
+            return zm_err_set(err, -EIO,
+                              "%s: HDF5 could not read the %s (%s is decoded by an HDF5 "
+                              "plugin from %s: missing, or corrupt data?)",
+                              array->file_path, what, array->info.filters[i].name,
+                              zm__h5_plugin_directory());
+    return zm_err_set(err, -EIO, "%s: HDF5 could not read the %s (corrupt or truncated?)",
+                      array->file_path, what);
+}
+
 /* Reads at most this many ranges per H5Dread: HDF5's selections grow slow
  * with thousands of pieces. */
 #define RANGES_PER_READ 512
@@ -894,8 +909,7 @@ int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *range
             rc = zm_err_set(err, -ENOMEM, "%s: out of memory reading %llu rows", array->file_path,
                             (unsigned long long)rows);
         } else if (H5Dread(array->dataset, memtype, mem_space, file_space, H5P_DEFAULT, target) < 0) {
-            rc = zm_err_set(err, -EIO, "%s: HDF5 could not read the values (corrupt or truncated?)",
-                            array->file_path);
+            rc = read_failed(array, "values", err);
         } else if (staging != NULL) {
             /* The selection came back genes × cells: turn it into rows. */
             uint64_t genes = array->storage_shape[0];
@@ -963,10 +977,10 @@ int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *rang
     H5Sclose(file_space);
     zm__count_hdf5_read(source);
     zm__hdf5_unlock();
+    if (rc == -ENOMEM)
+        return zm_err_set(err, -ENOMEM, "%s: out of memory reading the strings", array->file_path);
     if (rc != 0)
-        return zm_err_set(err, rc == -ENOMEM ? -ENOMEM : -EIO,
-                          "%s: HDF5 could not read the strings (corrupt or truncated?)",
-                          array->file_path);
+        return read_failed(array, "strings", err);
     return 0;
 }
 
