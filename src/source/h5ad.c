@@ -791,7 +791,8 @@ int zm__read_h5ad(zm_source *source, zm_err *err)
     if (obs == NULL || obs->kind != ZM_ELEMENT_DATAFRAME || var == NULL ||
         var->kind != ZM_ELEMENT_DATAFRAME) {
         /* Left out (outside the source, say): that is why. */
-        const char *why = zm__source_skip_reason(source, obs == NULL ? "/obs" : "/var");
+        int no_obs = obs == NULL || obs->kind != ZM_ELEMENT_DATAFRAME;
+        const char *why = zm__source_skip_reason(source, no_obs ? "/obs" : "/var");
         return zm_err_set(err, -EINVAL, "%s: an .h5ad needs obs and var dataframes%s%s%s",
                           source->path, why ? " (" : "", why ? why : "", why ? ")" : "");
     }
