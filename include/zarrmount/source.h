@@ -200,6 +200,9 @@ const zm_element *zm_source_find(const zm_source *source, const char *path);
 
 /* Elements of the file the model leaves out, one line each ("PATH: why"). */
 size_t zm_source_skipped(const zm_source *source, const char *const **lines);
+/* Raw bytes of the source file from offset, through the descriptor it was
+ * opened and checked with (never the path again); the bytes read, or -errno. */
+ssize_t zm_source_read_raw(const zm_source *source, uint64_t offset, void *buffer, size_t size);
 
 /* ---- Reading ------------------------------------------------------------------------- */
 

@@ -1427,6 +1427,12 @@ static int zm__open_tree(zm__fs *fs, zm_err *err)
     rc = opening.rc;
     if (rc != 0 && err->reason[0] == '\0')
         zm_err_set(err, rc, "%s: %s", config->source, strerror(-rc));
+    /* What the source holds but the stores leave out (an element outside
+     * the file, an encoding not read): said once, each with why. */
+    const char *const *skipped;
+    size_t skipped_count = rc == 0 ? zm__tree_skipped(fs->tree, &skipped) : 0;
+    for (size_t i = 0; i < skipped_count; i++)
+        zm__log(LOG_NOTICE, "%s: left out: %s", config->source, skipped[i]);
     return rc;
 }
 

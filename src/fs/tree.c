@@ -2970,6 +2970,11 @@ int zm__tree_readlink(zm_tree *t, const char *path, char *target_out, size_t siz
     return 0;
 }
 
+size_t zm__tree_skipped(zm_tree *t, const char *const **lines)
+{
+    return zm_source_skipped(t->source, lines);
+}
+
 int zm__tree_check_source(zm_tree *t, zm_err *err)
 {
     struct stat st;
@@ -3006,12 +3011,7 @@ static int open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err)
         return 0;
     }
     uint8_t head[65536];
-    ssize_t got = 0;
-    int fd = open(t->source_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd >= 0) {
-        got = pread(fd, head, sizeof head, 0);
-        close(fd);
-    }
+    ssize_t got = zm_source_read_raw(t->source, 0, head, sizeof head);
     const zm_source_identity *id = zm_source_get_identity(t->source);
     snprintf(t->disk_space, sizeof t->disk_space, "source|%lld|%lld|%llu|%016llx",
              (long long)id->size, (long long)id->mtime_ns, (unsigned long long)id->inode,
@@ -3110,6 +3110,20 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
             "element", t->b0.element, "options", "codec", codec, "chunkBytes",
             (json_int_t)t->chunk_bytes, "cacheBytes",
             (json_int_t)memory);
+        /* Elements the source holds but the stores leave out, each with why
+         * (as `zarrmount inspect` lists them). */
+        const char *const *skipped;
+        size_t skipped_count = zm_source_skipped(t->source, &skipped);
+        json_t *list = json_array();
+        for (size_t i = 0; list != NULL && i < skipped_count; i++) {
+            char line[ZM_REASON_MAX + 1024];
+            zm__utf8_copy(line, sizeof line, skipped[i]);
+            json_array_append_new(list, json_string(line));
+        }
+        if (info != NULL && list != NULL)
+            json_object_set_new(info, "skipped", list);
+        else
+            json_decref(list);
         char *text = info ? json_dumps(info, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
         json_decref(info);
         if (text == NULL)

@@ -43,6 +43,10 @@ typedef struct zm_tree_options {
 int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err);
 void zm__tree_close(zm_tree *tree);
 
+/* The source's elements the stores leave out, "PATH: why" each
+ * (zm_source_skipped). */
+size_t zm__tree_skipped(zm_tree *tree, const char *const **lines);
+
 /* Checks the source is still the file that was opened (device, inode, size,
  * mtime): -EIO with a reason saying to remount if not. Called on open(). */
 int zm__tree_check_source(zm_tree *tree, zm_err *err);

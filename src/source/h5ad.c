@@ -458,7 +458,20 @@ static int read_any(reader *r, const char *h5path, const char *parent, const cha
                                           encoding ? encoding : "");
         }
     } else {
-        zm__source_skip(r->source, h5path, "neither a group nor a dataset");
+        char why[ZM_REASON_MAX];
+        zm__source_skip(r->source, h5path,
+                        zm__h5_outside(r->file, h5path, why, sizeof why)
+                            ? why
+                            : "neither a group nor a dataset");
+    }
+    if (rc == ZM__OUTSIDE) {
+        /* A part of it lies outside the source (the reason names which): the
+         * whole element is left out, never served in part. */
+        zm__source_skip(r->source, h5path, r->err->reason);
+        zm_err_clear(r->err);
+        zm__element_free(*out);
+        *out = NULL;
+        rc = 0;
     }
     free(encoding);
     return rc;
@@ -609,8 +622,12 @@ static int read_part(reader *r, const char *h5path, const char *parent, const ch
                      int dataframe, int mapping, zm_strings *used_categories, zm_element **out)
 {
     *out = NULL;
-    if (!zm__h5_exists(r->file, h5path))
+    if (!zm__h5_exists(r->file, h5path)) {
+        char why[ZM_REASON_MAX]; /* "/raw/X" behind an external link /raw */
+        if (zm__h5_outside(r->file, h5path, why, sizeof why))
+            zm__source_skip(r->source, h5path, why);
         return 0;
+    }
     if (dataframe && is_compound(r, h5path))
         return legacy_dataframe(r, h5path, parent, name, used_categories, out);
     if (mapping && is_compound(r, h5path))
@@ -772,8 +789,13 @@ int zm__read_h5ad(zm_source *source, zm_err *err)
 
     zm_element *obs = child_named(root, "obs"), *var = child_named(root, "var");
     if (obs == NULL || obs->kind != ZM_ELEMENT_DATAFRAME || var == NULL ||
-        var->kind != ZM_ELEMENT_DATAFRAME)
-        return zm_err_set(err, -EINVAL, "%s: an .h5ad needs obs and var dataframes", source->path);
+        var->kind != ZM_ELEMENT_DATAFRAME) {
+        /* Left out (outside the source, say): that is why. */
+        int no_obs = obs == NULL || obs->kind != ZM_ELEMENT_DATAFRAME;
+        const char *why = zm__source_skip_reason(source, no_obs ? "/obs" : "/var");
+        return zm_err_set(err, -EINVAL, "%s: an .h5ad needs obs and var dataframes%s%s%s",
+                          source->path, why ? " (" : "", why ? why : "", why ? ")" : "");
+    }
     source->n_obs = obs->shape[0];
     source->n_vars = var->shape[0];
     return 0;

@@ -53,6 +53,12 @@ int zm__h5_exists(hid_t location, const char *path)
             break;
         *slash = '/';
     }
+    /* An external or user-defined link exists (it names nothing we may
+     * open): readers meet it and leave the element out, saying why. */
+    H5L_info_t info;
+    if (H5Lget_info(location, path, &info, H5P_DEFAULT) >= 0 && info.type != H5L_TYPE_HARD &&
+        info.type != H5L_TYPE_SOFT)
+        return 1;
     return H5Oexists_by_name(location, path, H5P_DEFAULT) > 0;
 }
 
@@ -540,9 +546,19 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
 
     array->dataset = H5Dopen2(file, dataset_path, H5P_DEFAULT);
     if (array->dataset < 0) {
-        rc = zm_err_set(err, -EIO, "%s: cannot open the dataset", label);
+        /* External links are never traversed (confine.c): a path through
+         * one fails to open, and says why. */
+        char why[ZM_REASON_MAX];
+        if (zm__h5_outside(file, dataset_path, why, sizeof why))
+            rc = zm_err_set(err, ZM__OUTSIDE, "%s: %s", label, why);
+        else
+            rc = zm_err_set(err, -EIO, "%s: cannot open the dataset", label);
         goto done;
     }
+    /* Before anything else is asked of it (its extent would open a virtual
+     * dataset's sources). */
+    if ((rc = zm__h5_dataset_check(file, array->dataset, label, err)) != 0)
+        goto done;
     space = H5Dget_space(array->dataset);
     type = H5Dget_type(array->dataset);
     int rank = H5Sget_simple_extent_ndims(space);
@@ -684,7 +700,7 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
         else if (presented_transposed)
             set_reason(array, "contiguous and presented transposed");
         else if (offset == HADDR_UNDEF && array->info.storage_bytes > 0)
-            set_reason(array, "no file offset for contiguous values (external storage?)");
+            rc = zm_err_set(err, -EIO, "%s: contiguous values without a file offset", label);
         else {
             array->contiguous_offset = offset == HADDR_UNDEF ? UINT64_MAX : offset;
             array->info.file_offset = offset == HADDR_UNDEF ? 0 : offset;
@@ -709,8 +725,8 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
         else
             array->info.data_path = ZM_PATH_DIRECT;
     } else {
-        array->info.layout = ZM_LAYOUT_CONTIGUOUS;
-        set_reason(array, "virtual dataset layout");
+        /* Virtual datasets were refused above: anything else is new to us. */
+        rc = zm_err_set(err, -ENOTSUP, "%s: HDF5 layout %d is not supported", label, (int)layout);
     }
 
 done:
@@ -840,6 +856,21 @@ static hid_t memory_type(const zm_array *array, hid_t value_type)
     return compound;
 }
 
+/* An H5Dread that failed: a filter only a plugin decodes (from the system's
+ * plugin directory alone) is the likelier cause than damage. */
+static int read_failed(const zm_array *array, const char *what, zm_err *err)
+{
+    for (unsigned i = 0; i < array->filter_count; i++)
+        if (!zm__filter_supported(array->filters[i].id))
+            return zm_err_set(err, -EIO,
+                              "%s: HDF5 could not read the %s (%s is decoded by an HDF5 "
+                              "plugin from %s: missing, or corrupt data?)",
+                              array->file_path, what, array->info.filters[i].name,
+                              zm__h5_plugin_directory());
+    return zm_err_set(err, -EIO, "%s: HDF5 could not read the %s (corrupt or truncated?)",
+                      array->file_path, what);
+}
+
 /* Reads at most this many ranges per H5Dread: HDF5's selections grow slow
  * with thousands of pieces. */
 #define RANGES_PER_READ 512
@@ -878,8 +909,7 @@ int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *range
             rc = zm_err_set(err, -ENOMEM, "%s: out of memory reading %llu rows", array->file_path,
                             (unsigned long long)rows);
         } else if (H5Dread(array->dataset, memtype, mem_space, file_space, H5P_DEFAULT, target) < 0) {
-            rc = zm_err_set(err, -EIO, "%s: HDF5 could not read the values (corrupt or truncated?)",
-                            array->file_path);
+            rc = read_failed(array, "values", err);
         } else if (staging != NULL) {
             /* The selection came back genes × cells: turn it into rows. */
             uint64_t genes = array->storage_shape[0];
@@ -947,10 +977,10 @@ int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *rang
     H5Sclose(file_space);
     zm__count_hdf5_read(source);
     zm__hdf5_unlock();
+    if (rc == -ENOMEM)
+        return zm_err_set(err, -ENOMEM, "%s: out of memory reading the strings", array->file_path);
     if (rc != 0)
-        return zm_err_set(err, rc == -ENOMEM ? -ENOMEM : -EIO,
-                          "%s: HDF5 could not read the strings (corrupt or truncated?)",
-                          array->file_path);
+        return read_failed(array, "strings", err);
     return 0;
 }
 

@@ -147,8 +147,11 @@ static int graph_element(zm_source *source, const char *h5path, uint64_t n, cons
     static const char *const names[] = {"a", "b", "w"};
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s", h5path, names[i]);
+        char why[ZM_REASON_MAX];
         if (zm__h5_object_type(source->file, path) != H5O_TYPE_DATASET)
-            return zm_err_set(err, -EINVAL, "%s: a loom graph needs a, b and w", h5path);
+            return zm__h5_outside(source->file, path, why, sizeof why)
+                       ? zm_err_set(err, ZM__OUTSIDE, "%s: %s", path, why)
+                       : zm_err_set(err, -EINVAL, "%s: a loom graph needs a, b and w", h5path);
         int rc = zm__array_open(source, source->file, path, NULL, 0, &parts[i], err);
         if (rc != 0)
             return rc;
@@ -305,12 +308,16 @@ static int axis_attrs(zm_source *source, const char *h5group, const char *index_
         char key[512], path[1024];
         zm__string_at(&names, i, key, sizeof key);
         snprintf(path, sizeof path, "%s/%s", h5group, key);
-        if (zm__h5_object_type(source->file, path) != H5O_TYPE_DATASET)
+        if (zm__h5_object_type(source->file, path) != H5O_TYPE_DATASET) {
+            char why[ZM_REASON_MAX];
+            if (zm__h5_outside(source->file, path, why, sizeof why))
+                zm__source_skip(source, path, why);
             continue;
+        }
         int is_index = strcmp(key, index_key) == 0;
         zm_element *e = NULL;
         rc = zm__array_element(source, path, NULL, 0, is_index ? df->path : df->path, key, &e, err);
-        if (rc == -ENOTSUP) {
+        if (rc == -ENOTSUP || rc == ZM__OUTSIDE) {
             zm__source_skip(source, path, err->reason);
             zm_err_clear(err);
             rc = 0;
@@ -406,8 +413,12 @@ int zm__read_loom(zm_source *source, zm_err *err)
         zm__element_set_encoding(dict, "dict", "0.1.0");
         zm__element_set_stored_as(dict, "loom %s", kinds[k][0] + 1);
         zm_strings names = {0};
-        if (zm__h5_exists(source->file, kinds[k][0]))
-            rc = zm__h5_list(source->file, kinds[k][0], &names);
+        char why[ZM_REASON_MAX];
+        if (zm__h5_outside(source->file, kinds[k][0], why, sizeof why))
+            zm__source_skip(source, kinds[k][0], why);
+        else if (zm__h5_exists(source->file, kinds[k][0]) &&
+                 zm__h5_list(source->file, kinds[k][0], &names) != 0)
+            rc = zm_err_set(err, -EIO, "%s: cannot list the group", kinds[k][0]);
         for (size_t i = 0; rc == 0 && i < names.count; i++) {
             char key[512], path[1024];
             zm__string_at(&names, i, key, sizeof key);
@@ -426,6 +437,12 @@ int zm__read_loom(zm_source *source, zm_err *err)
             } else {
                 rc = graph_element(source, path, k == 1 ? source->n_obs : source->n_vars, dict->path,
                                    key, &e, err);
+            }
+            if (rc == ZM__OUTSIDE) { /* a layer or graph outside the source: left out */
+                zm__source_skip(source, path, err->reason);
+                zm_err_clear(err);
+                rc = 0;
+                e = NULL;
             }
             if (rc == 0 && e)
                 rc = zm__element_add_child(dict, e);

@@ -132,6 +132,10 @@ void zm__set_axes(zm_element *e, zm_axis first, zm_axis second)
 
 void zm__source_skip(zm_source *source, const char *path, const char *why)
 {
+    /* A reason that starts with the path already (an error's): said once. */
+    size_t path_length = strlen(path);
+    if (strncmp(why, path, path_length) == 0 && strncmp(why + path_length, ": ", 2) == 0)
+        why += path_length + 2;
     char **list = realloc(source->skipped_list, (source->skipped_count + 1) * sizeof *list);
     if (list == NULL)
         return;

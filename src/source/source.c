@@ -29,13 +29,32 @@ uint64_t zm_source_n_obs(const zm_source *source) { return source->n_obs; }
 uint64_t zm_source_n_vars(const zm_source *source) { return source->n_vars; }
 const zm_element *zm_source_root(const zm_source *source) { return source->root; }
 
-static pthread_once_t hdf5_quiet_once = PTHREAD_ONCE_INIT;
-static void hdf5_quiet(void)
+/* HDF5 as every open needs it (at each: it costs nothing, and a library
+ * closed and started again in the process, H5close, is set up again). */
+static void hdf5_setup(void)
 {
     /* Errors come back to us as return values with our own reasons; HDF5's
      * stack dumps on stderr would only confuse. */
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     zm__h5_register_filters();
+    /* Before the file is opened: nothing HDF5 does may reach another. */
+    zm__h5_confine();
+}
+
+/* 0 if the descriptor HDF5 reads the file through is the file checked.
+ * sec2 opens it without O_CLOEXEC: it is set here, so that no program the
+ * daemon starts (fusermount3) inherits it. */
+static int same_file(hid_t file, hid_t fapl, const struct stat *checked)
+{
+    void *handle = NULL;
+    struct stat st;
+    if (H5Fget_vfd_handle(file, fapl, &handle) < 0 || handle == NULL ||
+        fstat(*(int *)handle, &st) != 0)
+        return -EIO;
+    int flags = fcntl(*(int *)handle, F_GETFD);
+    if (flags >= 0)
+        fcntl(*(int *)handle, F_SETFD, flags | FD_CLOEXEC);
+    return st.st_dev == checked->st_dev && st.st_ino == checked->st_ino ? 0 : -EIO;
 }
 
 /* Which of the formats the file is, from its layout alone. */
@@ -100,12 +119,35 @@ static int detect_format(hid_t file, zm_source_format *format)
     return -EINVAL;
 }
 
+/* A part the formats look for that is an external link, as " (PATH: why)":
+ * what made the file look like none of them. */
+static void outside_part(hid_t file, char *out, size_t size)
+{
+    static const char *const parts[] = {"/obs",
+                                        "/var",
+                                        "/matrix",
+                                        "/row_attrs",
+                                        "/col_attrs",
+                                        "/matrix/features",
+                                        "/matrix/barcodes",
+                                        "/matrix/data",
+                                        "/matrix/indices",
+                                        "/matrix/indptr",
+                                        "/matrix/shape"};
+    char why[ZM_REASON_MAX / 2];
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (zm__h5_outside(file, parts[i], why, sizeof why)) {
+            snprintf(out, size, " (%s: %s)", parts[i], why);
+            return;
+        }
+}
+
 int zm_source_open(const char *path, const zm_source_options *options, zm_source **out,
                    zm_err *err)
 {
     *out = NULL;
     zm__hdf5_lock();
-    pthread_once(&hdf5_quiet_once, hdf5_quiet);
+    hdf5_setup();
     zm__hdf5_unlock();
     zm_source *source = calloc(1, sizeof *source);
     if (source == NULL)
@@ -134,8 +176,18 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
     source->identity.size = st.st_size;
     source->identity.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 
+    /* HDF5 opens files by name: it is given the descriptor just checked,
+     * as /proc/self/fd/N, so the file it reads is the one fstat'ed, even if
+     * the path is replaced meanwhile. */
+    char h5name[64];
+    snprintf(h5name, sizeof h5name, "/proc/self/fd/%d", source->fd);
+    struct stat named;
+    int by_descriptor =
+        stat(h5name, &named) == 0 && named.st_dev == st.st_dev && named.st_ino == st.st_ino;
+    const char *name = by_descriptor ? h5name : path; /* no /proc: the path */
+
     zm__hdf5_lock();
-    htri_t is_hdf5 = H5Fis_hdf5(path);
+    htri_t is_hdf5 = H5Fis_hdf5(name);
     if (is_hdf5 <= 0) {
         zm__hdf5_unlock();
         rc = zm_err_set(err, -EINVAL,
@@ -143,19 +195,36 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
                         "Genomics .h5)", path);
         goto fail;
     }
-    source->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t fapl = zm__h5_file_access();
+    source->file = fapl >= 0 ? H5Fopen(name, H5F_ACC_RDONLY, fapl) : H5I_INVALID_HID;
     if (source->file < 0) {
+        if (fapl >= 0)
+            H5Pclose(fapl);
         zm__hdf5_unlock();
         rc = zm_err_set(err, -EIO, "%s: HDF5 cannot open it (truncated or corrupt?)", path);
         goto fail;
     }
+    rc = same_file(source->file, fapl, &st);
+    H5Pclose(fapl);
+    if (rc != 0) {
+        zm__hdf5_unlock();
+        rc = zm_err_set(err, -EIO,
+                        "%s: HDF5 opened another file than the one checked (was the "
+                        "path replaced?)",
+                        path);
+        goto fail;
+    }
     rc = detect_format(source->file, &source->format);
+    char outside[ZM_REASON_MAX] = "";
+    if (rc != 0)
+        outside_part(source->file, outside, sizeof outside);
     zm__hdf5_unlock();
     if (rc != 0) {
         rc = zm_err_set(err, -EINVAL,
                         "%s: an HDF5 file, but not an AnnData .h5ad (/obs and /var), a loom file "
                         "(/matrix, /row_attrs, /col_attrs) or a 10x Genomics .h5 (/matrix or "
-                        "/<genome> with barcodes, data, indices, indptr, shape)", path);
+                        "/<genome> with barcodes, data, indices, indptr, shape)%s",
+                        path, outside);
         goto fail;
     }
 
@@ -227,6 +296,21 @@ void zm_source_close(zm_source *source)
         close(source->fd);
     free(source->path);
     free(source);
+}
+
+ssize_t zm_source_read_raw(const zm_source *source, uint64_t offset, void *buffer, size_t size)
+{
+    ssize_t got = pread(source->fd, buffer, size, (off_t)offset);
+    return got < 0 ? -errno : got;
+}
+
+const char *zm__source_skip_reason(const zm_source *source, const char *path)
+{
+    size_t n = strlen(path);
+    for (size_t i = 0; i < source->skipped_count; i++)
+        if (strncmp(source->skipped_list[i], path, n) == 0 && source->skipped_list[i][n] == ':')
+            return source->skipped_list[i];
+    return NULL;
 }
 
 /* ---- Counting reads ----------------------------------------------------------- */

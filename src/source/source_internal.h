@@ -3,6 +3,7 @@
 #ifndef ZARRMOUNT_SOURCE_INTERNAL_H
 #define ZARRMOUNT_SOURCE_INTERNAL_H
 
+#include <errno.h>
 #include <hdf5.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -186,6 +187,9 @@ int zm__array_memory(zm_source *source, const char *label, zm_dtype dtype, unsig
                      zm_array **out, zm_err *err);
 void zm__array_free(zm_array *array);
 
+/* Whether path names an object of the file, or ends with an external or
+ * user-defined link (which exists, but is never followed: opening through
+ * it fails, and zm__h5_outside says why). */
 int zm__h5_exists(hid_t location, const char *path);
 /* H5O_TYPE_GROUP, H5O_TYPE_DATASET, or -1. */
 int zm__h5_object_type(hid_t location, const char *path);
@@ -213,8 +217,38 @@ int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *range
                        void *out, zm_err *err);
 int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
                         zm_strings *out, zm_err *err);
-/* Registers our lzf, zstd and blosc decoders with HDF5 (once, lock held). */
+/* Registers our lzf, zstd and blosc decoders with HDF5 (at each open, lock held). */
 void zm__h5_register_filters(void);
+
+/* ---- Nothing outside the source (confine.c); HDF5 lock held ------------------ */
+
+/* An element refused because its values (or a link on its path) lie outside
+ * the source: external storage, a virtual dataset, an external or
+ * user-defined link. Readers leave the element out (zm__source_skip, with
+ * the reason) where the model can do without it; elsewhere the open fails
+ * with the reason. */
+#define ZM__OUTSIDE (-EXDEV)
+
+/* Before a file is opened (again at each: idempotent): external links made
+ * untraversable (their class replaced by one that refuses), the filter
+ * plugin path pinned to the system directory. */
+void zm__h5_confine(void);
+/* The one directory HDF5 may load filter plugins from. */
+const char *zm__h5_plugin_directory(void);
+/* A file access list with the sec2 driver (whatever the environment says);
+ * the caller closes it. */
+hid_t zm__h5_file_access(void);
+/* 1 if a link on path (from location) is an external or user-defined link,
+ * or a soft link whose target crosses one, with why ("an external link to
+ * FILE:/PATH is not followed" for the path's own last link, else naming the
+ * link); 0 otherwise (also for a path that does not exist). One step a
+ * level; soft links followed at most 16 times. */
+int zm__h5_outside(hid_t location, const char *path, char *why, size_t size);
+/* Refuses (ZM__OUTSIDE, with the reason) a dataset just opened whose values
+ * lie outside the source: in another file, external storage, a virtual
+ * dataset. Call it before asking anything else of the dataset: HDF5 opens a
+ * virtual dataset's source files when asked its extent or values. */
+int zm__h5_dataset_check(hid_t file, hid_t dataset, const char *label, zm_err *err);
 /* Chunk addresses: not looked up yet, or never written (the fill value). */
 #define ZM__CHUNK_UNKNOWN UINT64_MAX
 #define ZM__CHUNK_ABSENT (UINT64_MAX - 1)
@@ -229,6 +263,8 @@ int zm__read_10x(zm_source *source, zm_err *err);
 
 /* Records an element the model leaves out and why. */
 void zm__source_skip(zm_source *source, const char *path, const char *why);
+/* The line recorded for path ("PATH: why"), or NULL. */
+const char *zm__source_skip_reason(const zm_source *source, const char *path);
 /* Makes reads of array check every value is in [min, limit). */
 int zm__array_check_values(zm_array *array, int64_t min, int64_t limit, const char *what);
 

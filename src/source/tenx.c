@@ -16,10 +16,19 @@
 static int add_column(zm_source *source, zm_element *df, const char *h5path, const char *name,
                       zm_err *err)
 {
-    if (zm__h5_object_type(source->file, h5path) != H5O_TYPE_DATASET)
+    char why[ZM_REASON_MAX];
+    if (zm__h5_object_type(source->file, h5path) != H5O_TYPE_DATASET) {
+        if (zm__h5_outside(source->file, h5path, why, sizeof why))
+            zm__source_skip(source, h5path, why);
         return 0;
+    }
     zm_element *e = NULL;
     int rc = zm__array_element(source, h5path, NULL, 0, df->path, name, &e, err);
+    if (rc == ZM__OUTSIDE) { /* a column outside the source: left out */
+        zm__source_skip(source, h5path, err->reason);
+        zm_err_clear(err);
+        return 0;
+    }
     if (rc != 0)
         return rc;
     zm__element_set_stored_as(e, "10x %s", h5path);
@@ -47,8 +56,14 @@ static int extra_columns(zm_source *source, zm_element *df, const char *group, u
         for (size_t t = 0; t < sizeof taken / sizeof taken[0]; t++)
             skip |= strcmp(key, taken[t]) == 0;
         snprintf(path, sizeof path, "%s/%s", group, key);
-        if (skip || zm__h5_object_type(source->file, path) != H5O_TYPE_DATASET)
+        if (skip)
             continue;
+        if (zm__h5_object_type(source->file, path) != H5O_TYPE_DATASET) {
+            char why[ZM_REASON_MAX];
+            if (zm__h5_outside(source->file, path, why, sizeof why))
+                zm__source_skip(source, path, why);
+            continue;
+        }
         /* A dataset named like a column the reader made ("gene_ids" from
          * features/id): the column keeps the name, the dataset is left out. */
         int taken_name = strcmp(key, "_index") == 0;
@@ -60,7 +75,7 @@ static int extra_columns(zm_source *source, zm_element *df, const char *group, u
         }
         zm_element *e = NULL;
         rc = zm__array_element(source, path, NULL, 0, df->path, key, &e, err);
-        if (rc == -ENOTSUP) {
+        if (rc == -ENOTSUP || rc == ZM__OUTSIDE) {
             zm__source_skip(source, path, err->reason);
             zm_err_clear(err);
             rc = 0;
