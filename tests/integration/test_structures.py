@@ -12,9 +12,10 @@ Sources written at test time by tests/source/make_hostile_structures.py:
 - 60,000 obs columns and a 100,000-key uns dict: mounted, obs/ and uns/many list every
   name, a column (and a categorical) read with zarr equal h5py's reading;
 - sizes claimed and not stored (an obs index, an X, a loom /matrix, 10x barcodes, a
-  categorical's categories, a uns array; 10^9 to 10^12 values): `zarrmount inspect` and a
-  mount are refused in one line naming the dataset, and the refusing daemon's peak resident
-  memory stays small.
+  categorical's categories, a uns array; 10^9 to 10^12 values; 2^21 chunks of which one is
+  written): `zarrmount inspect` and a mount are refused in one line naming the dataset, and
+  the refusing daemon's peak resident memory stays small; chunks left unwritten within the
+  bound (7 in 8 of a small X) are served as HDF5 reads them (the fill value).
 
 Each file that mounts: `inspect --json` and .zarrmount/info.json list the skipped elements
 with their reasons, a walk of full/ reads every file without an error, anndata.read_zarr
@@ -308,13 +309,22 @@ def check_deep(directory):
         cut = "/uns/long/" + "/".join(long_names)
         check(f"deep.h5ad: a path of {len(cut)} bytes is skipped: longer than 767 bytes",
               has_line(lines, cut, "its path is longer than 767 bytes"), "\n".join(lines))
+        edge = ["uns", "edge", "e" * 255, "f" * 255]
+        index = os.path.join(full, *edge, "g" * 245, "i" * 255)
+        check(f"deep.h5ad: a dataframe whose path is 767 bytes serves its index (a store path "
+              f"of {len('/'.join(edge + ['g' * 245, 'i' * 255]))} bytes)",
+              list(zarr_read(index)) == ["r0", "r1", "r2"])
+        too_long = "/" + "/".join(edge + ["h" * 246])
+        check(f"deep.h5ad: a group whose path is {len(too_long)} bytes is skipped",
+              has_line(lines, too_long, "its path is longer than 767 bytes") and
+              not os.path.exists(os.path.join(full, *edge, "h" * 246)), "\n".join(lines))
         for name in ("n" * 300, "p" * 511, "p" * 511 + "q"):
             shown = f"/uns/{name[:48]}...({len(name)} bytes)"
             check(f"deep.h5ad: a {len(name)}-byte name is skipped: longer than a file name",
                   has_line(lines, shown, "a name longer than 255 bytes"), "\n".join(lines))
         uns = sorted(os.listdir(os.path.join(full, "uns")))
-        check("deep.h5ad: uns serves deep and long only (no name cut to another's)",
-              uns == [".zattrs", ".zgroup", "cellucid", "deep", "long"], uns)
+        check("deep.h5ad: uns serves deep, edge and long only (no name cut to another's)",
+              uns == [".zattrs", ".zgroup", "cellucid", "deep", "edge", "long"], uns)
         check_walk("deep.h5ad", m)
         adata = anndata.read_zarr(full)
         d = adata.uns["deep"]
@@ -398,7 +408,20 @@ CLAIMS = [
     ("claim-cells.10x.h5", "/matrix/barcodes", "claims 15259 chunks, more than the file has bytes"),
     ("claim-categories.h5ad", "/obs/kind/categories", "claims 15259 chunks, but the file stores 0"),
     ("claim-uns.h5ad", "/uns/big", "claims 7629395 chunks, more than the file has bytes"),
+    ("claim-holes.h5ad", "/uns/sparse", "claims 2097152 chunks, but the file stores 1 of them"),
 ]
+
+
+def check_holes(directory):
+    """Chunks left to the fill value within the bound: mounted, served as HDF5 reads them."""
+    path = os.path.join(directory, "holes.h5ad")
+    with Mount(path) as m:
+        with h5py.File(path, "r") as f:
+            x = f["X"][()]
+        got = zarr_read(os.path.join(m.point, "file", "X"))
+        check("holes.h5ad: an X with 7 chunks in 8 unwritten mounts and reads as h5py reads it",
+              np.array_equal(got, x) and x[10:80].sum() == 0 and x[0:10].sum() > 0)
+        check_walk("holes.h5ad", m)
 
 
 def check_claims(directory):
@@ -433,7 +456,8 @@ def main():
     note(f"make_hostile_structures.py wrote the sources in {elapsed(started):.1f} s")
     if not check("make_hostile_structures.py writes the sources", done.returncode == 0, done.stderr):
         return report()
-    for step in (check_claims, check_cycle, check_lattice, check_deep, check_wide_obs, check_wide_uns):
+    for step in (check_claims, check_holes, check_cycle, check_lattice, check_deep, check_wide_obs,
+                 check_wide_uns):
         try:
             step(directory)
         except Exception:

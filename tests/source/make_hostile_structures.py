@@ -13,8 +13,9 @@ Writes into OUT_DIR (one line printed per file):
   lattice.h5ad         a 30-level diamond lattice of hard links in uns: group i holds a and b,
                        both links to group i + 1 (2^30 paths to the last group, 31 groups).
   deep.h5ad            12,000 nested groups uns/deep/d/d/...; uns/long: groups with 200-byte
-                       names until a path passes what a mount holds; uns/<300-byte name>;
-                       two names sharing their first 511 bytes.
+                       names until a path passes what a mount holds; uns/edge: a dataframe
+                       whose path is 767 bytes with a 255-byte index name, a group of 768;
+                       uns/<300-byte name>; two names sharing their first 511 bytes.
   wide-obs.h5ad        obs with --columns columns (60,000): int8 columns, every 100th a
                        categorical; column c00001 listed twice in column-order.
   wide-uns.h5ad        uns/many, a dict of --keys keys (100,000), each a small int array.
@@ -28,6 +29,10 @@ Writes into OUT_DIR (one line printed per file):
                        claim as many, chunked, nothing written.
   claim-categories.h5ad  obs/kind a categorical whose categories claim 10^9 strings.
   claim-uns.h5ad       uns/big claims 10^12 float64 values, chunked, nothing written.
+  holes.h5ad           X (1000 x 10, chunks of 10 rows) with one chunk in 8 written: chunks
+                       left to the fill value within the bound (served as HDF5 reads them).
+  claim-holes.h5ad     uns/sparse claims 2^31 int8 values in 2^21 chunks, one written (the file
+                       3 MB: more bytes than chunks claimed).
 
 Only Debian's python3 with h5py 3.7 and numpy; the anndata 0.8 layout (encoding-type and
 encoding-version attributes, as fixtures/generate-sources.py writes it). Deterministic: no
@@ -199,6 +204,19 @@ def write_deep(out, depth=12000):
         for level in range(6):
             W.array(g, "at", np.array(level, dtype=np.int32), kind="numeric-scalar")
             g = dict_group(g, chr(ord("a") + level) * 200)
+        # At the edge: a dataframe whose path is 767 bytes (the longest an element may have)
+        # with an index named in 255 bytes (a store path of 1022 bytes), and a group whose
+        # path is 768 bytes.
+        g = dict_group(dict_group(dict_group(uns, "edge"), "e" * 255), "f" * 255)
+        frame = g.create_group("g" * 245, track_order=False)
+        frame.attrs["_index"] = "i" * 255
+        frame.attrs["column-order"] = strings([])
+        frame.attrs["encoding-type"] = "dataframe"
+        frame.attrs["encoding-version"] = "0.2.0"
+        index = frame.create_dataset("i" * 255, data=strings(["r0", "r1", "r2"]), track_times=False)
+        index.attrs["encoding-type"] = "string-array"
+        index.attrs["encoding-version"] = "0.2.0"
+        dict_group(g, "h" * 246)
         # A name longer than a file name may be, and two that share their first 511 bytes
         # (a reader that cut names at 511 bytes would read one for the other).
         W.array(uns, "n" * 300, np.arange(3, dtype=np.int8))
@@ -360,6 +378,36 @@ def write_claim_uns(out):
     done(out, name)
 
 
+def write_holes(out):
+    name = "holes.h5ad"
+    with new_file(os.path.join(out, name)) as f:
+        standard(f, n_obs=1000, x=False)
+        # One chunk in 8 written, the others left to the fill value (HDF5's own way of storing
+        # zeros): 174 KB unstored, within the bound, served as HDF5 reads them.
+        x = f.create_dataset("X", shape=(1000, N_VARS), dtype=np.float32, chunks=(10, N_VARS),
+                             fillvalue=0, track_times=False)
+        x.attrs["encoding-type"] = "array"
+        x.attrs["encoding-version"] = "0.2.0"
+        for c in range(0, 100, 8):
+            rows = np.arange(c * 10, c * 10 + 10)
+            x[c * 10:c * 10 + 10] = (rows[:, None] * 100 + np.arange(N_VARS)[None, :]).astype(np.float32)
+        dict_group(f, "uns")
+    done(out, name)
+
+
+def write_claim_holes(out):
+    name = "claim-holes.h5ad"
+    with new_file(os.path.join(out, name)) as f:
+        standard(f)
+        uns = dict_group(f, "uns")
+        # 3 MB of the file's own, so that 2^21 chunks are not more than the file has bytes:
+        # the bound that refuses is then the unwritten chunks' (one of 2^21 written).
+        W.array(uns, "padding", (np.arange(3 << 20) % 251).astype(np.uint8))
+        sparse = unwritten(uns, "sparse", (1 << 31,), np.int8, chunks=(1024,))
+        sparse[0:1024] = 1
+    done(out, name)
+
+
 WRITERS = {
     "cycle": write_cycle,
     "lattice": write_lattice,
@@ -372,6 +420,8 @@ WRITERS = {
     "claim-cells-10x": write_claim_10x,
     "claim-categories": write_claim_categories,
     "claim-uns": write_claim_uns,
+    "holes": write_holes,
+    "claim-holes": write_claim_holes,
 }
 
 
