@@ -1053,7 +1053,6 @@ static int storage_of(const zm_array *array, struct storage *s)
     s->rank = array->storage_rank;
     memcpy(s->dims, array->storage_shape, sizeof s->dims);
     s->stored = array->info.storage_bytes;
-    s->value_bytes = array->stored_size;
     s->value_bytes = value_bytes(array);
     if (array->info.layout == ZM_LAYOUT_COMPACT) {
         s->layout = H5D_COMPACT;
