@@ -158,7 +158,29 @@ struct zm_element {
      * (index_name keeps the file's key). */
     size_t child_count;
     zm_element **children;
+    size_t child_capacity;
+    /* The children ordered by name (equal names in child order), for
+     * lookups in O(log n); made once the model is complete (NULL before). */
+    zm_element **children_by_name;
 };
+
+/* ---- Bounds on a file's structure -------------------------------------------------
+ *
+ * A source's structure is read in time and memory that follow the objects it
+ * holds, whatever it claims: each group is read once (a second link to it,
+ * hard or soft, and so any cycle, is listed as skipped with the path it was
+ * read at), and these bound nesting and names. What lies past them is listed
+ * as skipped with its reason (zm_source_skipped), never cut short. */
+
+/* Groups nested deeper than this below the file's root are not read. anndata
+ * writes uns dicts a few levels deep (uns/rank_genes_groups/params is 3). */
+#define ZM_ELEMENT_DEPTH_MAX 64
+/* The longest name an element may have: a file name's (NAME_MAX). */
+#define ZM_ELEMENT_NAME_MAX 255
+/* The longest path an element may have (in the file and in the model):
+ * with one more name it still fits the 1024 bytes a mount builds store
+ * paths in. */
+#define ZM_ELEMENT_PATH_MAX 767
 
 /* ---- Opening ---------------------------------------------------------------------- */
 
@@ -197,6 +219,10 @@ uint64_t zm_source_n_vars(const zm_source *source);
 const zm_element *zm_source_root(const zm_source *source);
 /* The element at a model path ("obs/louvain"), or NULL. */
 const zm_element *zm_source_find(const zm_source *source, const char *path);
+/* The child (column, key, field) of an element named name (length bytes),
+ * or NULL; a dataframe's index is not among its children. O(log n) once the
+ * model is complete. */
+const zm_element *zm_element_child(const zm_element *element, const char *name, size_t length);
 
 /* Elements of the file the model leaves out, one line each ("PATH: why"). */
 size_t zm_source_skipped(const zm_source *source, const char *const **lines);

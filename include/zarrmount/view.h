@@ -135,6 +135,10 @@ struct zm_store_node {
     /* groups */
     size_t child_count;
     zm_store_node **children;
+    size_t child_capacity;
+    /* The children ordered by name, for lookups in O(log n) (a listing of
+     * 100,000 columns is as many lookups); made when the store is laid out. */
+    zm_store_node **children_by_name;
 };
 
 /* Builds a view of a source: selects its cells (zm_select) and lays out the
@@ -147,6 +151,8 @@ void zm_view_free(zm_view *view);
 const zm_store_node *zm_view_root(const zm_view *view);
 /* The node at a store path ("X/data"; "" the root), or NULL. */
 const zm_store_node *zm_view_find(const zm_view *view, const char *path);
+/* The child of a group named name[0 .. length), or NULL (an array has none). */
+const zm_store_node *zm_view_child(const zm_store_node *group, const char *name, size_t length);
 /* Cells in the view, and source row of each view row. */
 uint64_t zm_view_rows(const zm_view *view);
 const uint32_t *zm_view_order(const zm_view *view);

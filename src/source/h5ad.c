@@ -21,8 +21,39 @@ typedef struct reader {
     zm_source *source;
     hid_t file;
     zm_err *err;
+    /* Every group read, by its identity in the file, with the path it was
+     * read at: a group is read once, however many links lead to it. */
+    zm__set groups;
 } reader;
 
+/* Levels below the root: "/uns/a" is 2. */
+static unsigned depth_of(const char *h5path)
+{
+    unsigned depth = 0;
+    for (const char *c = h5path; *c; c++)
+        depth += *c == '/' && c[1] != '\0';
+    return depth;
+}
+
+/* Whether the group at h5path is read here: 1 if so (it is remembered), 0
+ * if it was read already (recorded as skipped, naming where), -ENOMEM. */
+static int first_visit(reader *r, const char *h5path)
+{
+    int type;
+    zm__h5_object_id id;
+    if (zm__h5_identify(r->file, h5path, &type, &id) != 0)
+        return 1; /* what it is not is said where it is read */
+    const char *first = NULL;
+    int rc = zm__set_add(&r->groups, id.bytes, sizeof id.bytes, h5path, &first);
+    if (rc < 0)
+        return zm_err_set(r->err, -ENOMEM, "out of memory reading %s", h5path);
+    if (rc == 0)
+        return 1;
+    char why[ZM__PATH_BUFFER + 64];
+    snprintf(why, sizeof why, "a second link to %s: read once there", first);
+    zm__source_skip(r->source, h5path, why);
+    return 0;
+}
 
 static int fail_oom(reader *r, const char *what)
 {
@@ -86,7 +117,7 @@ static int sparse_element(reader *r, const char *h5path, const char *parent, con
     static const char *const parts[] = {"data", "indices", "indptr"};
     zm_array **targets[] = {&e->values, &e->indices, &e->indptr};
     for (int i = 0; i < 3; i++) {
-        char path[1024];
+        char path[ZM__PATH_BUFFER];
         snprintf(path, sizeof path, "%s/%s", h5path, parts[i]);
         if (zm__h5_object_type(r->file, path) != H5O_TYPE_DATASET) {
             zm__element_free(e);
@@ -147,7 +178,7 @@ static int categorical_group(reader *r, const char *h5path, const char *parent, 
                              zm_element **out)
 {
     *out = NULL;
-    char codes_path[1024], categories_path[1024];
+    char codes_path[ZM__PATH_BUFFER], categories_path[ZM__PATH_BUFFER];
     snprintf(codes_path, sizeof codes_path, "%s/codes", h5path);
     snprintf(categories_path, sizeof categories_path, "%s/categories", h5path);
     zm_element *codes = NULL, *categories = NULL;
@@ -181,7 +212,7 @@ static int nullable_group(reader *r, const char *h5path, const char *parent, con
     zm_element *e = zm__element_new(ZM_ELEMENT_NULLABLE, parent, name);
     if (e == NULL)
         return fail_oom(r, h5path);
-    char path[1024];
+    char path[ZM__PATH_BUFFER];
     snprintf(path, sizeof path, "%s/values", h5path);
     int rc = zm__array_open(r->source, r->file, path, NULL, 0, &e->values, r->err);
     if (rc == 0) {
@@ -248,7 +279,17 @@ static int dataframe_group(reader *r, const char *h5path, const char *parent, co
         return zm_err_set(r->err, -EINVAL, "%s: a dataframe without an \"_index\" attribute", h5path);
     }
     df->index_name = index_name;
-    char path[1024];
+    char path[ZM__PATH_BUFFER];
+    size_t index_length = strlen(index_name);
+    if (index_length == 0 || index_length > ZM_ELEMENT_NAME_MAX || strchr(index_name, '/')) {
+        char shown[96];
+        zm__shown_name(index_name, index_length, shown, sizeof shown);
+        zm__element_free(df);
+        return zm_err_set(r->err, -EINVAL,
+                          "%s: its index name \"%s\" cannot name an element "
+                          "(empty, holding '/', or longer than 255 bytes)",
+                          h5path, shown);
+    }
     snprintf(path, sizeof path, "%s/%s", h5path, index_name);
     if (zm__h5_object_type(r->file, path) != H5O_TYPE_DATASET)
         rc = zm_err_set(r->err, -EINVAL, "%s: its index %s is missing", h5path, index_name);
@@ -259,19 +300,24 @@ static int dataframe_group(reader *r, const char *h5path, const char *parent, co
     zm_strings columns = {0};
     if (rc == 0 && zm__h5_attribute_strings(r->file, h5path, "column-order", &columns) != 0)
         columns.count = 0;
+    /* The names taken (a set: 100,000 columns are 100,000 look-ups, not
+     * 5 * 10^9 comparisons). */
+    zm__set taken = {0};
     for (size_t i = 0; rc == 0 && i < columns.count; i++) {
-        char column[512];
-        zm__string_at(&columns, i, column, sizeof column);
-        snprintf(path, sizeof path, "%s/%s", h5path, column);
+        char column[ZM_ELEMENT_NAME_MAX + 1];
+        if (zm__child_at(r->source, h5path, &columns, i, column, path) != 0)
+            continue;
         zm_element *c = NULL;
         if (!zm__h5_exists(r->file, path)) {
             rc = zm_err_set(r->err, -EINVAL, "%s: column %s is listed but missing", h5path, column);
             break;
         }
         /* Listed twice: one column (a store holds each name once). */
-        int repeated = 0;
-        for (size_t j = 0; j < df->child_count; j++)
-            repeated |= strcmp(df->children[j]->name, column) == 0;
+        int repeated = zm__set_add(&taken, column, strlen(column), NULL, NULL);
+        if (repeated < 0) {
+            rc = fail_oom(r, h5path);
+            break;
+        }
         if (repeated) {
             zm__source_skip(r->source, path, "listed more than once in column-order: served once");
             continue;
@@ -288,6 +334,7 @@ static int dataframe_group(reader *r, const char *h5path, const char *parent, co
             zm__element_free(c);
     }
     zm_strings_free(&columns);
+    zm__set_free(&taken);
     if (rc != 0) {
         zm__element_free(df);
         return rc;
@@ -318,9 +365,9 @@ static int dict_group(reader *r, const char *h5path, const char *parent, const c
         return zm_err_set(r->err, -EIO, "%s: cannot list the group", h5path);
     }
     for (size_t i = 0; rc == 0 && i < names.count; i++) {
-        char child[512], path[1024];
-        zm__string_at(&names, i, child, sizeof child);
-        snprintf(path, sizeof path, "%s/%s", strcmp(h5path, "/") == 0 ? "" : h5path, child);
+        char child[ZM_ELEMENT_NAME_MAX + 1], path[ZM__PATH_BUFFER];
+        if (zm__child_at(r->source, h5path, &names, i, child, path) != 0)
+            continue;
         zm_element *c = NULL;
         rc = read_any(r, path, dict->path, child, &c);
         if (rc == 0 && c != NULL && zm__element_add_child(dict, c) != 0) {
@@ -348,8 +395,9 @@ static int records_dataset(reader *r, const char *h5path, const char *parent, co
     zm_element *e = zm__element_new(ZM_ELEMENT_RECORDS, parent, name);
     int rc = e ? 0 : fail_oom(r, h5path);
     for (size_t i = 0; rc == 0 && i < members.count; i++) {
-        char member[512];
-        zm__string_at(&members, i, member, sizeof member);
+        char member[ZM_ELEMENT_NAME_MAX + 1];
+        if (zm__member_at(r->source, h5path, &members, i, member) != 0)
+            continue;
         zm_element *c = NULL;
         rc = dataset_element(r, h5path, member, e->path, member, &c);
         if (rc == 0 && (c->rank != 1 || zm__element_add_child(e, c) != 0)) {
@@ -397,6 +445,22 @@ static int read_any(reader *r, const char *h5path, const char *parent, const cha
 {
     *out = NULL;
     int type = zm__h5_object_type(r->file, h5path);
+    /* Bounded whatever the file holds: no path beyond what a mount holds
+     * (never cut short), no nesting beyond ZM_ELEMENT_DEPTH_MAX, each group
+     * read once (a cycle, through soft or hard links, is a second link). */
+    if (strlen(h5path) > ZM_ELEMENT_PATH_MAX) {
+        zm__source_skip(r->source, h5path, "its path is longer than 767 bytes");
+        return 0;
+    }
+    if (depth_of(h5path) > ZM_ELEMENT_DEPTH_MAX) {
+        zm__source_skip(r->source, h5path, "nested more than 64 levels below the root");
+        return 0;
+    }
+    if (type == H5O_TYPE_GROUP) {
+        int first = first_visit(r, h5path);
+        if (first <= 0)
+            return first;
+    }
     char *encoding = NULL;
     zm__h5_attribute_string(r->file, h5path, "encoding-type", &encoding);
     int rc = 0;
@@ -431,24 +495,28 @@ static int read_any(reader *r, const char *h5path, const char *parent, const cha
         if (rc == 0 && *out && (*out)->stored_as == NULL)
             zm__element_set_stored_as(*out, "group, encoding %s", encoding ? encoding : "none");
     } else if (type == H5O_TYPE_DATASET) {
-        hid_t d = H5Dopen2(r->file, h5path, H5P_DEFAULT);
-        hid_t t = H5Dget_type(d);
-        int compound = H5Tget_class(t) == H5T_COMPOUND;
-        int reference = H5Tget_class(t) == H5T_REFERENCE;
-        H5Tclose(t);
-        H5Dclose(d);
-        if (compound) {
-            rc = records_dataset(r, h5path, parent, name, out);
-        } else if (reference) {
-            zm__source_skip(r->source, h5path, "an array of object references is not supported");
-        } else {
-            rc = dataset_element(r, h5path, NULL, parent, name, out);
-            if (rc == -ENOTSUP) {
-                zm__source_skip(r->source, h5path, r->err->reason);
-                zm_err_clear(r->err);
-                rc = 0;
-                *out = NULL;
-            }
+        /* Described as an array first: one open of the dataset, not two,
+         * for all but the types the array reader does not take. */
+        rc = dataset_element(r, h5path, NULL, parent, name, out);
+        int records = 0;
+        if (rc == -ENOTSUP) {
+            hid_t d = H5Dopen2(r->file, h5path, H5P_DEFAULT);
+            hid_t t = d >= 0 ? H5Dget_type(d) : H5I_INVALID_HID;
+            H5T_class_t class = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+            if (t >= 0)
+                H5Tclose(t);
+            if (d >= 0)
+                H5Dclose(d);
+            records = class == H5T_COMPOUND;
+            if (!records)
+                zm__source_skip(r->source, h5path,
+                                class == H5T_REFERENCE
+                                    ? "an array of object references is not supported"
+                                    : r->err->reason);
+            zm_err_clear(r->err);
+            rc = records ? records_dataset(r, h5path, parent, name, out) : 0;
+        }
+        if (!records) {
             if (rc == 0 && *out)
                 rc = maybe_referenced_categories(r, h5path, out);
             if (rc == 0 && *out && !encoding)
@@ -498,8 +566,9 @@ static int legacy_dataframe(reader *r, const char *h5path, const char *parent, c
     zm__element_set_stored_as(df, "legacy compound dataset");
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < members.count; i++) {
-        char member[512];
-        zm__string_at(&members, i, member, sizeof member);
+        char member[ZM_ELEMENT_NAME_MAX + 1];
+        if (zm__member_at(r->source, h5path, &members, i, member) != 0)
+            continue;
         int is_index = strcmp(member, "index") == 0 || strcmp(member, "_index") == 0;
         zm_element *c = NULL;
         rc = dataset_element(r, h5path, member, df->path, member, &c);
@@ -511,7 +580,7 @@ static int legacy_dataframe(reader *r, const char *h5path, const char *parent, c
             df->index_name = strdup(member);
             continue;
         }
-        char categories_path[1024];
+        char categories_path[ZM__PATH_BUFFER];
         snprintf(categories_path, sizeof categories_path, "/uns/%s_categories", member);
         if (zm__h5_object_type(r->file, categories_path) == H5O_TYPE_DATASET &&
             c->kind == ZM_ELEMENT_ARRAY) {
@@ -583,8 +652,9 @@ static int legacy_mapping(reader *r, const char *h5path, const char *parent, con
         zm__element_set_stored_as(dict, "legacy compound dataset");
     }
     for (size_t i = 0; rc == 0 && i < members.count; i++) {
-        char member[512];
-        zm__string_at(&members, i, member, sizeof member);
+        char member[ZM_ELEMENT_NAME_MAX + 1];
+        if (zm__member_at(r->source, h5path, &members, i, member) != 0)
+            continue;
         zm_element *c = NULL;
         rc = dataset_element(r, h5path, member, dict->path, member, &c);
         if (rc == 0) {
@@ -646,24 +716,31 @@ static int add(reader *r, zm_element *parent, zm_element *child)
     return 0;
 }
 
-/* Drops the uns entries a legacy categorical used. */
-static void drop_used_categories(zm_element *uns, const zm_strings *used)
+/* Drops the uns entries a legacy categorical used: one pass over uns with
+ * the used names in a set. */
+static int drop_used_categories(reader *r, zm_element *uns, const zm_strings *used)
 {
-    if (uns == NULL)
-        return;
-    for (size_t u = 0; u < used->count; u++) {
+    if (uns == NULL || used->count == 0)
+        return 0;
+    zm__set names = {0};
+    int rc = 0;
+    for (size_t u = 0; rc == 0 && u < used->count; u++) {
         size_t n = used->offsets[u + 1] - used->offsets[u];
-        const char *name = used->bytes + used->offsets[u];
-        for (size_t i = 0; i < uns->child_count; i++) {
-            if (strlen(uns->children[i]->name) == n && strncmp(uns->children[i]->name, name, n) == 0) {
-                zm__element_free(uns->children[i]);
-                memmove(uns->children + i, uns->children + i + 1,
-                        (uns->child_count - i - 1) * sizeof *uns->children);
-                uns->child_count--;
-                break;
-            }
-        }
+        if (zm__set_add(&names, used->bytes + used->offsets[u], n, NULL, NULL) < 0)
+            rc = -ENOMEM;
     }
+    size_t kept = 0;
+    for (size_t i = 0; rc == 0 && i < uns->child_count; i++) {
+        zm_element *c = uns->children[i];
+        if (zm__set_find(&names, c->name, strlen(c->name)))
+            zm__element_free(c);
+        else
+            uns->children[kept++] = c;
+    }
+    if (rc == 0)
+        uns->child_count = kept;
+    zm__set_free(&names);
+    return rc == 0 ? 0 : fail_oom(r, "uns");
 }
 
 static zm_element *child_named(zm_element *e, const char *name)
@@ -704,7 +781,7 @@ static int move_neighbors_matrices(reader *r, zm_element *root)
 
 int zm__read_h5ad(zm_source *source, zm_err *err)
 {
-    reader r = {source, source->file, err};
+    reader r = {source, source->file, err, {0}};
     zm__hdf5_lock();
     int rc = 0;
     zm_strings used = {0};
@@ -720,6 +797,8 @@ int zm__read_h5ad(zm_source *source, zm_err *err)
                               version);
     free(version);
     source->root = root;
+    /* The root is read (by parts): a link back to it is a second link. */
+    rc = first_visit(&r, "/") < 0 ? -ENOMEM : 0;
 
     struct {
         const char *h5path, *name;
@@ -746,7 +825,12 @@ int zm__read_h5ad(zm_source *source, zm_err *err)
     }
 
     /* raw: a group (≥ 0.7) or raw.X / raw.var / raw.varm (< 0.7). */
-    if (rc == 0 && (zm__h5_exists(source->file, "/raw") || zm__h5_exists(source->file, "/raw.X"))) {
+    int raw_first = 1;
+    if (rc == 0 && zm__h5_object_type(source->file, "/raw") == H5O_TYPE_GROUP &&
+        (raw_first = first_visit(&r, "/raw")) < 0)
+        rc = raw_first;
+    if (rc == 0 && raw_first &&
+        (zm__h5_exists(source->file, "/raw") || zm__h5_exists(source->file, "/raw.X"))) {
         zm_element *raw = zm__element_new(ZM_ELEMENT_DICT, "", "raw");
         rc = raw ? 0 : fail_oom(&r, "raw");
         if (raw) {
@@ -776,11 +860,15 @@ int zm__read_h5ad(zm_source *source, zm_err *err)
         zm_element *uns = NULL;
         rc = read_part(&r, "/uns", "", "uns", 0, 0, &used, &uns);
         if (rc == 0 && uns) {
-            drop_used_categories(uns, &used);
-            rc = add(&r, root, uns);
+            rc = drop_used_categories(&r, uns, &used);
+            if (rc == 0)
+                rc = add(&r, root, uns);
+            else
+                zm__element_free(uns);
         }
     }
     zm_strings_free(&used);
+    zm__set_free(&r.groups);
     zm__hdf5_unlock();
     if (rc == 0)
         rc = move_neighbors_matrices(&r, root);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "source/formats.h"
 #include "source/source_internal.h"
 
 /* Recursive: a format reader holds it while building the model and reads
@@ -1014,4 +1015,177 @@ int zm__h5_chunk_lookup(zm_array *array, const uint64_t *chunks, size_t count, z
         array->chunk_address[i] = address == HADDR_UNDEF ? ZM__CHUNK_ABSENT : (uint64_t)address;
     }
     return 0;
+}
+
+/* ---- The structure of a file, bounded ------------------------------------------------ */
+
+int zm__h5_identify(hid_t location, const char *path, int *type, zm__h5_object_id *id)
+{
+    memset(id, 0, sizeof *id);
+    *type = -1;
+    if (!zm__h5_exists(location, path))
+        return -ENOENT;
+    H5O_info_t info;
+    if (H5Oget_info_by_name2(location, path, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
+        return -ENOENT;
+    /* HDF5 1.10: the file number and the header's address name the object.
+     * (1.12: copy info.token, an H5O_token_t of 16 bytes, in place of addr.) */
+    uint64_t fileno = info.fileno, addr = info.addr;
+    memcpy(id->bytes, &fileno, sizeof fileno);
+    memcpy(id->bytes + sizeof fileno, &addr, sizeof addr);
+    *type = (int)info.type;
+    return 0;
+}
+
+/* "(1000000000, 10)", as numpy writes a shape. */
+static void shape_text(const uint64_t *dims, unsigned rank, char *out, size_t size)
+{
+    size_t at = (size_t)snprintf(out, size, "(");
+    for (unsigned d = 0; d < rank && at < size; d++)
+        at += (size_t)snprintf(out + at, size - at, "%s%llu", d ? ", " : "",
+                               (unsigned long long)dims[d]);
+    if (at < size)
+        snprintf(out + at, size - at, "%s)", rank == 1 ? "," : "");
+}
+
+/* a * b, or UINT64_MAX past it. */
+static uint64_t times(uint64_t a, uint64_t b)
+{
+    return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+/* A value's bytes in the file. A variable-length string is a heap id there
+ * (its length, the collection's address, an index), whatever its memory form
+ * takes; with the address size not known, its least (4). */
+static uint64_t value_bytes(const zm_array *array)
+{
+    if (array->vlen_string)
+        return 4 + (array->sizeof_addr ? array->sizeof_addr : 4) + 4;
+    return array->stored_size;
+}
+
+/* How a dataset is stored, for zm__h5_check_stored. */
+struct storage {
+    H5D_layout_t layout;
+    unsigned rank;
+    uint64_t dims[ZM_MAX_RANK], chunk[ZM_MAX_RANK];
+    uint64_t value_bytes; /* a value's bytes in the file */
+    uint64_t stored;      /* bytes the file holds for it */
+};
+
+/* From what describing the array found (no HDF5 call: a file of 100,000
+ * arrays is checked in milliseconds), except for a compound member, whose
+ * dataset's layout was not described, and a contiguous one that does not
+ * hold what it claims (is it virtual?). */
+static int storage_of(const zm_array *array, struct storage *s)
+{
+    memset(s, 0, sizeof *s);
+    s->rank = array->storage_rank;
+    memcpy(s->dims, array->storage_shape, sizeof s->dims);
+    s->stored = array->info.storage_bytes;
+    s->value_bytes = value_bytes(array);
+    if (array->info.layout == ZM_LAYOUT_COMPACT) {
+        s->layout = H5D_COMPACT;
+        return 0;
+    }
+    if (array->info.layout == ZM_LAYOUT_CHUNKED) {
+        s->layout = H5D_CHUNKED;
+        memcpy(s->chunk, array->chunk, sizeof s->chunk);
+        return 0;
+    }
+    hid_t dcpl = H5Dget_create_plist(array->dataset);
+    if (dcpl < 0)
+        return -EIO;
+    H5D_layout_t layout = H5Pget_layout(dcpl);
+    if (array->field != NULL) {
+        /* The whole record is what the file stores a row. */
+        hid_t type = H5Dget_type(array->dataset);
+        s->value_bytes = type >= 0 ? H5Tget_size(type) : 0;
+        if (type >= 0)
+            H5Tclose(type);
+        if (layout == H5D_CHUNKED) {
+            hsize_t chunk[H5S_MAX_RANK] = {0};
+            if (H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk) != (int)s->rank) {
+                H5Pclose(dcpl);
+                return -EIO;
+            }
+            for (unsigned d = 0; d < s->rank; d++)
+                s->chunk[d] = chunk[d];
+        }
+    }
+    s->layout = layout;
+    H5Pclose(dcpl);
+    return 0;
+}
+
+int zm__h5_check_stored(zm_source *source, const zm_array *array, int whole, zm_err *err)
+{
+    if (array->dataset < 0 || array->storage_rank == 0)
+        return 0; /* made in memory; a scalar claims one value */
+    const char *what = array->file_path;
+    struct storage s;
+    uint64_t values = 1;
+    for (unsigned d = 0; d < array->storage_rank; d++)
+        values = times(values, array->storage_shape[d]);
+    if (values == 0)
+        return 0;
+    /* Contiguous and holding it all: nothing to ask HDF5. */
+    uint64_t claimed = times(values, value_bytes(array));
+    if (array->info.layout == ZM_LAYOUT_CONTIGUOUS && array->field == NULL &&
+        array->info.storage_bytes >= claimed)
+        return 0;
+    if (storage_of(array, &s) != 0)
+        return zm_err_set(err, -EIO, "%s: cannot read how the dataset is stored", what);
+    claimed = times(values, s.value_bytes);
+    char shape[160];
+    shape_text(s.dims, s.rank, shape, sizeof shape);
+
+    if (s.layout == H5D_CONTIGUOUS) {
+        /* Allocated whole or not at all. */
+        if (s.stored >= claimed || (!whole && claimed <= ZM__UNSTORED_BYTES_MAX))
+            return 0;
+        return zm_err_set(err, -EINVAL,
+                          "%s: its shape %s claims %llu bytes, but the file "
+                          "allocates %llu bytes for them%s",
+                          what, shape, (unsigned long long)claimed, (unsigned long long)s.stored,
+                          whole ? " (an axis's index must be stored whole)" : "");
+    }
+    if (s.layout != H5D_CHUNKED)
+        return 0; /* compact: in the object header; virtual: refused where it is met */
+    uint64_t chunks = 1, chunk_values = 1;
+    for (unsigned d = 0; d < s.rank; d++) {
+        if (s.chunk[d] == 0)
+            return zm_err_set(err, -EINVAL, "%s: a chunk dimension of 0", what);
+        chunks = times(chunks, s.dims[d] / s.chunk[d] + (s.dims[d] % s.chunk[d] != 0));
+        chunk_values = times(chunk_values, s.chunk[d]);
+    }
+    /* Every chunk that exists takes at least a byte of the file: more than
+     * that many cannot all be stored, and are refused before the index is
+     * read (its entries would take 16 bytes a chunk in memory). */
+    uint64_t file_bytes = (uint64_t)source->identity.size;
+    if (chunks > file_bytes)
+        return zm_err_set(err, -EINVAL,
+                          "%s: its shape %s claims %llu chunks, more than the file "
+                          "has bytes (%llu)",
+                          what, shape, (unsigned long long)chunks, (unsigned long long)file_bytes);
+    hid_t space = H5Dget_space(array->dataset);
+    hsize_t written = 0;
+    herr_t counted = space >= 0 ? H5Dget_num_chunks(array->dataset, space, &written) : -1;
+    if (space >= 0)
+        H5Sclose(space);
+    if (counted < 0)
+        return zm_err_set(err, -EIO, "%s: cannot read its chunk index", what);
+    if (written >= chunks)
+        return 0;
+    uint64_t unstored = times(chunks - written, times(chunk_values, s.value_bytes));
+    if (!whole && (unstored <= ZM__UNSTORED_BYTES_MAX ||
+                   chunks - written <= times(written, ZM__UNSTORED_RATIO)))
+        return 0;
+    return zm_err_set(err, -EINVAL,
+                      "%s: its shape %s claims %llu chunks, but the file stores "
+                      "%llu of them%s",
+                      what, shape, (unsigned long long)chunks, (unsigned long long)written,
+                      whole ? " (an axis's index must be stored whole)"
+                            : " (unwritten chunks may hold at most 64 MiB, or 1024 times the "
+                              "chunks written)");
 }

@@ -81,6 +81,13 @@ int zm__read_whole(zm_source *source, zm_array *array, int as_double, void **out
     if (info->rank > 1)
         return zm_err_set(err, -EINVAL, "%s: expected a 1-d array, not %u-d", info->file_path,
                           info->rank);
+    /* The buffers are as large as the array claims to be: as far as the
+     * file stores it. */
+    zm__hdf5_lock();
+    int stored = zm__h5_check_stored(source, array, 0, err);
+    zm__hdf5_unlock();
+    if (stored != 0)
+        return stored;
     uint64_t n = info->rank == 0 ? 1 : info->shape[0];
     uint8_t *raw = malloc(n * info->dtype.size + 1);
     void *values = malloc(n * 8 + 1);
@@ -142,7 +149,7 @@ static int graph_element(zm_source *source, const char *h5path, uint64_t n, cons
                          const char *name, zm_element **out, zm_err *err)
 {
     *out = NULL;
-    char path[1024];
+    char path[ZM__PATH_BUFFER];
     zm_array *parts[3];
     static const char *const names[] = {"a", "b", "w"};
     for (int i = 0; i < 3; i++) {
@@ -286,10 +293,11 @@ static int graph_element(zm_source *source, const char *h5path, uint64_t n, cons
 }
 
 /* col_attrs or row_attrs: a dataframe (index_key the index) and a mapping of
- * the 2-d attributes with more than one column. */
+ * the 2-d attributes with more than one column. matrix (/matrix) says how
+ * many rows there are (n). */
 static int axis_attrs(zm_source *source, const char *h5group, const char *index_key, uint64_t n,
                       const char *frame_name, const char *mapping_name, zm_element *root,
-                      zm_err *err)
+                      const zm_array *matrix, zm_err *err)
 {
     zm_element *df = zm__element_new(ZM_ELEMENT_DATAFRAME, "", frame_name);
     zm_element *mapping = zm__element_new(ZM_ELEMENT_DICT, "", mapping_name);
@@ -305,9 +313,9 @@ static int axis_attrs(zm_source *source, const char *h5group, const char *index_
     zm_strings names = {0};
     int rc = zm__h5_list(source->file, h5group, &names);
     for (size_t i = 0; rc == 0 && i < names.count; i++) {
-        char key[512], path[1024];
-        zm__string_at(&names, i, key, sizeof key);
-        snprintf(path, sizeof path, "%s/%s", h5group, key);
+        char key[ZM_ELEMENT_NAME_MAX + 1], path[ZM__PATH_BUFFER];
+        if (zm__child_at(source, h5group, &names, i, key, path) != 0)
+            continue;
         if (zm__h5_object_type(source->file, path) != H5O_TYPE_DATASET) {
             char why[ZM_REASON_MAX];
             if (zm__h5_outside(source->file, path, why, sizeof why))
@@ -355,6 +363,11 @@ static int axis_attrs(zm_source *source, const char *h5group, const char *index_
         }
     }
     zm_strings_free(&names);
+    /* How many rows there are is believed as far as the file stores them:
+     * the index whole, or (when the reader names the rows itself, 19 bytes
+     * a row) /matrix whole. */
+    if (rc == 0)
+        rc = zm__h5_check_stored(source, df->index ? df->index->values : matrix, 1, err);
     if (rc == 0 && df->index == NULL) {
         rc = zm__range_index(source, h5group, n, df, "_index", &df->index, err);
         if (rc == 0)
@@ -398,9 +411,11 @@ int zm__read_loom(zm_source *source, zm_err *err)
         zm__element_free(x);
     }
     if (rc == 0)
-        rc = axis_attrs(source, "/col_attrs", "CellID", source->n_obs, "obs", "obsm", root, err);
+        rc = axis_attrs(source, "/col_attrs", "CellID", source->n_obs, "obs", "obsm", root,
+                        x->values, err);
     if (rc == 0)
-        rc = axis_attrs(source, "/row_attrs", "Gene", source->n_vars, "var", "varm", root, err);
+        rc = axis_attrs(source, "/row_attrs", "Gene", source->n_vars, "var", "varm", root,
+                        x->values, err);
 
     static const char *const kinds[][3] = {{"/layers", "layers", ""}, {"/col_graphs", "obsp", ""},
                                            {"/row_graphs", "varp", ""}};
@@ -420,9 +435,9 @@ int zm__read_loom(zm_source *source, zm_err *err)
                  zm__h5_list(source->file, kinds[k][0], &names) != 0)
             rc = zm_err_set(err, -EIO, "%s: cannot list the group", kinds[k][0]);
         for (size_t i = 0; rc == 0 && i < names.count; i++) {
-            char key[512], path[1024];
-            zm__string_at(&names, i, key, sizeof key);
-            snprintf(path, sizeof path, "%s/%s", kinds[k][0], key);
+            char key[ZM_ELEMENT_NAME_MAX + 1], path[ZM__PATH_BUFFER];
+            if (zm__child_at(source, kinds[k][0], &names, i, key, path) != 0)
+                continue;
             zm_element *e = NULL;
             if (k == 0) {
                 rc = zm__array_element(source, path, NULL, 1, dict->path, key, &e, err);

@@ -49,13 +49,20 @@ static int extra_columns(zm_source *source, zm_element *df, const char *group, u
                                         "name", "feature_type", "genome", "_all_tag_keys"};
     zm_strings names;
     int rc = zm__h5_list(source->file, group, &names);
+    /* The columns' names, in a set: a group of 100,000 datasets is as many
+     * look-ups, not a scan of the columns for each. */
+    zm__set columns = {0};
+    for (size_t c = 0; rc == 0 && c < df->child_count; c++)
+        if (zm__set_add(&columns, df->children[c]->name, strlen(df->children[c]->name), NULL,
+                        NULL) < 0)
+            rc = zm_err_set(err, -ENOMEM, "out of memory reading %s", group);
     for (size_t i = 0; rc == 0 && i < names.count; i++) {
-        char key[512], path[1024];
-        zm__string_at(&names, i, key, sizeof key);
+        char key[ZM_ELEMENT_NAME_MAX + 1], path[ZM__PATH_BUFFER];
+        if (zm__child_at(source, group, &names, i, key, path) != 0)
+            continue;
         int skip = 0;
         for (size_t t = 0; t < sizeof taken / sizeof taken[0]; t++)
             skip |= strcmp(key, taken[t]) == 0;
-        snprintf(path, sizeof path, "%s/%s", group, key);
         if (skip)
             continue;
         if (zm__h5_object_type(source->file, path) != H5O_TYPE_DATASET) {
@@ -66,9 +73,7 @@ static int extra_columns(zm_source *source, zm_element *df, const char *group, u
         }
         /* A dataset named like a column the reader made ("gene_ids" from
          * features/id): the column keeps the name, the dataset is left out. */
-        int taken_name = strcmp(key, "_index") == 0;
-        for (size_t c = 0; c < df->child_count; c++)
-            taken_name |= strcmp(df->children[c]->name, key) == 0;
+        int taken_name = strcmp(key, "_index") == 0 || zm__set_find(&columns, key, strlen(key));
         if (taken_name) {
             zm__source_skip(source, path, "its name is a column's already");
             continue;
@@ -88,9 +93,12 @@ static int extra_columns(zm_source *source, zm_element *df, const char *group, u
         if (rc == 0) {
             zm__element_set_stored_as(e, "10x %s", path);
             rc = zm__element_add_child(df, e);
+            if (rc == 0 && zm__set_add(&columns, key, strlen(key), NULL, NULL) < 0)
+                rc = zm_err_set(err, -ENOMEM, "out of memory reading %s", group);
         }
     }
     zm_strings_free(&names);
+    zm__set_free(&columns);
     return rc;
 }
 
@@ -108,16 +116,16 @@ int zm__read_10x(zm_source *source, zm_err *err)
 {
     zm__hdf5_lock();
     int rc = 0;
-    char group[512] = "/matrix";
+    char group[ZM__PATH_BUFFER] = "/matrix";
     if (source->format == ZM_FORMAT_10X_V2) {
         /* The first genome group by name. */
         zm_strings names;
         rc = zm__h5_list(source->file, "/", &names);
         int chosen = 0;
         for (size_t g = 0; rc == 0 && g < names.count; g++) {
-            char candidate[512], genes[640];
-            snprintf(candidate, sizeof candidate, "/%.*s",
-                     (int)(names.offsets[g + 1] - names.offsets[g]), names.bytes + names.offsets[g]);
+            char name[ZM_ELEMENT_NAME_MAX + 1], candidate[ZM__PATH_BUFFER], genes[ZM__PATH_BUFFER];
+            if (zm__child_at(source, "/", &names, g, name, candidate) != 0)
+                continue;
             snprintf(genes, sizeof genes, "%s/genes", candidate);
             if (zm__h5_object_type(source->file, genes) != H5O_TYPE_DATASET)
                 continue;
@@ -143,7 +151,7 @@ int zm__read_10x(zm_source *source, zm_err *err)
                               group);
 
     /* shape = [features, barcodes]. */
-    char path[1024];
+    char path[ZM__PATH_BUFFER + 32];
     snprintf(path, sizeof path, "%s/shape", group);
     zm_array *shape_array = NULL;
     int64_t *shape = NULL;

@@ -134,12 +134,39 @@ static int check(zm_source *source, zm_element *e, uint64_t raw_vars, zm_err *er
     return rc;
 }
 
+/* What each array claims against what the file stores, before anything is
+ * sized from a claim: the cell and gene counts come from the axes' indexes,
+ * which must be stored whole; any other array may leave chunks unwritten
+ * (HDF5 gives their fill value), within bounds (zm__h5_check_stored). */
+static int check_stored(zm_source *source, zm_err *err)
+{
+    static const char *const axes[] = {"obs", "var", "raw/var"};
+    int rc = 0;
+    zm__hdf5_lock();
+    for (size_t i = 0; rc == 0 && i < sizeof axes / sizeof axes[0]; i++) {
+        const zm_element *df = zm_source_find(source, axes[i]);
+        if (df && df->kind == ZM_ELEMENT_DATAFRAME && df->index && df->index->values)
+            rc = zm__h5_check_stored(source, df->index->values, 1, err);
+    }
+    for (size_t i = 0; rc == 0 && i < source->array_count; i++)
+        rc = zm__h5_check_stored(source, source->arrays[i], 0, err);
+    zm__hdf5_unlock();
+    return rc;
+}
+
 int zm__validate(zm_source *source, zm_err *err)
 {
+    int rc = check_stored(source, err);
+    if (rc != 0)
+        return rc;
     const zm_element *raw_var = zm_source_find(source, "raw/var");
     uint64_t raw_vars = raw_var ? raw_var->shape[0] : UINT64_MAX;
     const zm_element *raw_x = zm_source_find(source, "raw/X");
     if (raw_x && !raw_var)
         raw_vars = raw_x->rank == 2 ? raw_x->shape[1] : 0;
-    return check(source, source->root, raw_vars, err);
+    rc = check(source, source->root, raw_vars, err);
+    /* The model is complete: its children are ordered by name for lookups. */
+    if (rc == 0 && zm__element_index(source->root) != 0)
+        rc = zm_err_set(err, -ENOMEM, "out of memory indexing the elements");
+    return rc;
 }

@@ -18,10 +18,12 @@
 static const zm_element *obs_column(zm_source *source, const char *field, zm_err *err)
 {
     const zm_element *obs = zm_source_find(source, "obs");
-    if (obs != NULL && obs->kind == ZM_ELEMENT_DATAFRAME)
-        for (size_t i = 0; i < obs->child_count; i++)
-            if (strcmp(obs->children[i]->name, field) == 0)
-                return obs->children[i];
+    /* By name in O(log n): stratified/ lists every column that can split. */
+    const zm_element *column = obs != NULL && obs->kind == ZM_ELEMENT_DATAFRAME
+                                   ? zm_element_child(obs, field, strlen(field))
+                                   : NULL;
+    if (column != NULL)
+        return column;
     zm_err_set(err, -ENOENT, "obs has no column %s", field);
     return NULL;
 }
@@ -324,11 +326,9 @@ static const char *cannot_place(const zm_element *e, uint64_t n, uint64_t *colum
 
 static const zm_element *obsm_entry(zm_source *source, const char *key, zm_err *err)
 {
-    const zm_element *obsm = zm_source_find(source, "obsm");
-    if (obsm != NULL)
-        for (size_t i = 0; i < obsm->child_count; i++)
-            if (strcmp(obsm->children[i]->name, key) == 0)
-                return obsm->children[i];
+    const zm_element *entry = zm_element_child(zm_source_find(source, "obsm"), key, strlen(key));
+    if (entry != NULL)
+        return entry;
     zm_err_set(err, -ENOENT, "obsm has no entry %s", key);
     return NULL;
 }
