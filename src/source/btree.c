@@ -307,14 +307,11 @@ static int find_tree(struct walk *w)
     array->btree_state = -1;
     if (array->sizeof_addr == 0 || array->field != NULL)
         return -ENOTSUP;
-    zm__hdf5_lock();
-    H5O_info_t info;
-    herr_t got = H5Oget_info2(array->dataset, &info, H5O_INFO_BASIC);
-    zm__hdf5_unlock();
-    if (got < 0 || info.addr == HADDR_UNDEF)
+    /* Its object header's address, kept when it was described. */
+    if (array->object_addr == 0 || array->object_addr == (uint64_t)HADDR_UNDEF)
         return -ENOTSUP;
     struct layout layout = {0};
-    int rc = find_layout(w, info.addr, &layout);
+    int rc = find_layout(w, array->object_addr, &layout);
     /* The layout's chunk is the array's, then the element's size. */
     if (rc == 0 && layout.dimensionality != array->storage_rank + 1)
         rc = -ENOTSUP;

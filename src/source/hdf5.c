@@ -410,7 +410,7 @@ static zm_array *array_new(void)
     if (array == NULL)
         return NULL;
     array->serial = next_serial++;
-    array->dataset = H5I_INVALID_HID;
+    array->file = H5I_INVALID_HID;
     array->stored_type = H5I_INVALID_HID;
     pthread_mutex_init(&array->index_mutex, NULL);
     return array;
@@ -422,8 +422,8 @@ void zm__array_free(zm_array *array)
         return;
     if (array->stored_type >= 0)
         H5Tclose(array->stored_type);
-    if (array->dataset >= 0)
-        H5Dclose(array->dataset);
+    free(array->h5_path);
+    free(array->filters);
     free(array->file_path);
     free(array->reason);
     free(array->field);
@@ -453,9 +453,9 @@ static void set_reason(zm_array *array, const char *fmt, ...)
 /* The file's address and length sizes and its base address, which heap ids
  * of variable-length strings (vlen.c) and chunk indexes (btree.c) need; 0
  * if they are not ones those read. */
-static int file_sizes(zm_array *array)
+static int file_sizes(zm_array *array, hid_t dataset)
 {
-    hid_t file = H5Iget_file_id(array->dataset);
+    hid_t file = H5Iget_file_id(dataset);
     hid_t fcpl = file >= 0 ? H5Fget_create_plist(file) : H5I_INVALID_HID;
     size_t sizeof_addr = 0, sizeof_size = 0;
     hsize_t userblock = 0;
@@ -531,6 +531,31 @@ static int classify(hid_t type, zm_dtype *dtype, int *big_endian, int *vlen, int
     }
 }
 
+hid_t zm__array_dataset(const zm_array *array, zm_err *err)
+{
+    if (array->h5_path == NULL) {
+        zm_err_set(err, -EIO, "%s: not a dataset of the file", array->file_path);
+        return H5I_INVALID_HID;
+    }
+    hid_t dataset = H5Dopen2(array->file, array->h5_path, H5P_DEFAULT);
+    if (dataset < 0) {
+        zm_err_set(err, -EIO, "%s: cannot open the dataset again", array->file_path);
+        return H5I_INVALID_HID;
+    }
+    /* The confinement checks made at open hold for this very object only. */
+    H5O_info_t object;
+    if (H5Oget_info2(dataset, &object, H5O_INFO_BASIC) < 0 || object.fileno != array->fileno ||
+        (uint64_t)object.addr != array->object_addr) {
+        H5Dclose(dataset);
+        zm_err_set(err, -EIO,
+                   "%s: opened again, its path leads to another object than the one "
+                   "described",
+                   array->file_path);
+        return H5I_INVALID_HID;
+    }
+    return dataset;
+}
+
 int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, const char *field,
                    int presented_transposed, zm_array **out, zm_err *err)
 {
@@ -545,8 +570,8 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
     int rc = 0;
     hid_t dcpl = H5I_INVALID_HID, space = H5I_INVALID_HID, type = H5I_INVALID_HID;
 
-    array->dataset = H5Dopen2(file, dataset_path, H5P_DEFAULT);
-    if (array->dataset < 0) {
+    hid_t dataset = H5Dopen2(file, dataset_path, H5P_DEFAULT);
+    if (dataset < 0) {
         /* External links are never traversed (confine.c): a path through
          * one fails to open, and says why. */
         char why[ZM_REASON_MAX];
@@ -558,10 +583,24 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
     }
     /* Before anything else is asked of it (its extent would open a virtual
      * dataset's sources). */
-    if ((rc = zm__h5_dataset_check(file, array->dataset, label, err)) != 0)
+    if ((rc = zm__h5_dataset_check(file, dataset, label, err)) != 0)
         goto done;
-    space = H5Dget_space(array->dataset);
-    type = H5Dget_type(array->dataset);
+    /* What it is, to know it again when opened by its path. */
+    array->file = file;
+    array->h5_path = strdup(dataset_path);
+    H5O_info_t object;
+    if (array->h5_path == NULL || array->file_path == NULL) {
+        rc = zm_err_set(err, -ENOMEM, "out of memory describing %s", label);
+        goto done;
+    }
+    if (H5Oget_info2(dataset, &object, H5O_INFO_BASIC) < 0 || object.addr == HADDR_UNDEF) {
+        rc = zm_err_set(err, -EIO, "%s: cannot read where its object header is", label);
+        goto done;
+    }
+    array->fileno = object.fileno;
+    array->object_addr = (uint64_t)object.addr;
+    space = H5Dget_space(dataset);
+    type = H5Dget_type(dataset);
     int rank = H5Sget_simple_extent_ndims(space);
     if (rank < 0 || rank > ZM_MAX_RANK - 1) {
         rc = zm_err_set(err, -EINVAL, "%s: rank %d is not supported", label, rank);
@@ -638,10 +677,18 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
         array->info.shape[1] = dims[0];
     }
 
-    dcpl = H5Dget_create_plist(array->dataset);
+    dcpl = H5Dget_create_plist(dataset);
     H5D_layout_t layout = H5Pget_layout(dcpl);
-    array->info.storage_bytes = H5Dget_storage_size(array->dataset);
+    array->info.storage_bytes = H5Dget_storage_size(dataset);
     int nfilters = H5Pget_nfilters(dcpl);
+    if (nfilters > 0) {
+        array->filters = calloc(nfilters < ZM__FILTER_MAX ? (size_t)nfilters : ZM__FILTER_MAX,
+                                sizeof *array->filters);
+        if (array->filters == NULL) {
+            rc = zm_err_set(err, -ENOMEM, "out of memory describing %s", label);
+            goto done;
+        }
+    }
     for (int i = 0; i < nfilters && i < ZM__FILTER_MAX; i++) {
         zm__filter *f = &array->filters[i];
         size_t cd = ZM__FILTER_MAX_CD;
@@ -687,9 +734,9 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
         set_reason(array, "compact layout (the values live in the object header)");
     } else if (layout == H5D_CONTIGUOUS) {
         array->info.layout = ZM_LAYOUT_CONTIGUOUS;
-        haddr_t offset = H5Dget_offset(array->dataset);
+        haddr_t offset = H5Dget_offset(dataset);
         if (array->vlen_string && rank == 1 && field == NULL && !presented_transposed &&
-            offset != HADDR_UNDEF && file_sizes(array)) {
+            offset != HADDR_UNDEF && file_sizes(array, dataset)) {
             /* Heap ids in the dataset, bytes in the global heap: vlen.c. */
             array->vlen_direct = 1;
             array->contiguous_offset = offset;
@@ -718,7 +765,7 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
             array->grid[d] = chunk[d] ? (dims[d] + chunk[d] - 1) / chunk[d] : 0;
             array->chunk_count *= array->grid[d];
         }
-        (void)file_sizes(array);
+        (void)file_sizes(array, dataset);
         if (!direct_type)
             set_reason(array, array->vlen_string ? "variable-length strings" : "fixed-length strings");
         else if (unsupported)
@@ -737,6 +784,8 @@ done:
         H5Sclose(space);
     if (type >= 0)
         H5Tclose(type);
+    if (dataset >= 0)
+        H5Dclose(dataset);
     if (rc == 0)
         rc = register_array(source, array);
     if (rc != 0) {
@@ -806,10 +855,10 @@ void zm_strings_free(zm_strings *strings)
 /* ---- Reading through HDF5 --------------------------------------------------------- */
 
 /* Selects ranges of presented rows in the dataset's file space. */
-static hid_t select_ranges(const zm_array *array, const zm_range *ranges, size_t count,
-                           uint64_t *rows_selected)
+static hid_t select_ranges(const zm_array *array, hid_t dataset, const zm_range *ranges,
+                           size_t count, uint64_t *rows_selected)
 {
-    hid_t space = H5Dget_space(array->dataset);
+    hid_t space = H5Dget_space(dataset);
     *rows_selected = 0;
     if (array->storage_rank == 0)
         return space; /* a scalar: everything */
@@ -832,13 +881,13 @@ static hid_t select_ranges(const zm_array *array, const zm_range *ranges, size_t
 
 /* The memory type reads convert to: native order; a compound member is
  * wrapped in a one-member compound so HDF5 picks it out. */
-static hid_t memory_type(const zm_array *array, hid_t value_type)
+static hid_t memory_type(const zm_array *array, hid_t dataset, hid_t value_type)
 {
     hid_t native = value_type;
     if (array->field == NULL)
         return native;
     /* The member may be an array (legacy obsm): rebuild that around it. */
-    hid_t file_type = H5Dget_type(array->dataset);
+    hid_t file_type = H5Dget_type(dataset);
     int index = H5Tget_member_index(file_type, array->field);
     hid_t member = H5Tget_member_type(file_type, (unsigned)index);
     hid_t wrapped = native;
@@ -882,13 +931,18 @@ int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *range
     uint64_t row_bytes = zm_array_row_bytes(array);
     int rc = 0;
     zm__hdf5_lock();
+    hid_t dataset = zm__array_dataset(array, err);
+    if (dataset < 0) {
+        zm__hdf5_unlock();
+        return -EIO;
+    }
     hid_t native = value_memory_type(array->stored_type);
-    hid_t memtype = memory_type(array, native);
+    hid_t memtype = memory_type(array, dataset, native);
     uint8_t *at = out;
     for (size_t first = 0; rc == 0 && first < count; first += RANGES_PER_READ) {
         size_t n = count - first < RANGES_PER_READ ? count - first : RANGES_PER_READ;
         uint64_t rows = 0;
-        hid_t file_space = select_ranges(array, ranges + first, n, &rows);
+        hid_t file_space = select_ranges(array, dataset, ranges + first, n, &rows);
         if (array->storage_rank == 0)
             rows = 1;
         if (rows == 0) {
@@ -909,7 +963,7 @@ int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *range
         if (target == NULL) {
             rc = zm_err_set(err, -ENOMEM, "%s: out of memory reading %llu rows", array->file_path,
                             (unsigned long long)rows);
-        } else if (H5Dread(array->dataset, memtype, mem_space, file_space, H5P_DEFAULT, target) < 0) {
+        } else if (H5Dread(dataset, memtype, mem_space, file_space, H5P_DEFAULT, target) < 0) {
             rc = read_failed(array, "values", err);
         } else if (staging != NULL) {
             /* The selection came back genes × cells: turn it into rows. */
@@ -928,20 +982,21 @@ int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *range
     if (memtype != native)
         H5Tclose(memtype);
     H5Tclose(native);
+    H5Dclose(dataset);
     zm__hdf5_unlock();
     return rc;
 }
 
 struct dataset_read {
     const zm_array *array;
-    hid_t file_space, mem_space;
+    hid_t dataset, file_space, mem_space;
 };
 
 static herr_t dataset_reader(void *context, hid_t memtype, void *buffer)
 {
     struct dataset_read *r = context;
-    hid_t type = memory_type(r->array, memtype);
-    herr_t status = H5Dread(r->array->dataset, type, r->mem_space, r->file_space, H5P_DEFAULT, buffer);
+    hid_t type = memory_type(r->array, r->dataset, memtype);
+    herr_t status = H5Dread(r->dataset, type, r->mem_space, r->file_space, H5P_DEFAULT, buffer);
     if (type != memtype)
         H5Tclose(type);
     return status;
@@ -952,13 +1007,18 @@ int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *rang
 {
     memset(out, 0, sizeof *out);
     zm__hdf5_lock();
+    hid_t dataset = zm__array_dataset(array, err);
+    if (dataset < 0) {
+        zm__hdf5_unlock();
+        return -EIO;
+    }
     uint64_t rows = 0;
     hid_t file_space;
     if (ranges == NULL) {
-        file_space = H5Dget_space(array->dataset);
+        file_space = H5Dget_space(dataset);
         rows = array->storage_rank == 0 ? 1 : array->storage_shape[0];
     } else {
-        file_space = select_ranges(array, ranges, count, &rows);
+        file_space = select_ranges(array, dataset, ranges, count, &rows);
         if (array->storage_rank == 0)
             rows = 1;
     }
@@ -967,7 +1027,7 @@ int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *rang
         per_row *= array->info.shape[d];
     hsize_t mem_dims[1] = {rows * per_row};
     hid_t mem_space = H5Screate_simple(1, mem_dims, NULL);
-    struct dataset_read r = {array, file_space, mem_space};
+    struct dataset_read r = {array, dataset, file_space, mem_space};
     int rc = mem_dims[0] == 0 ? 0 : read_strings(array->stored_type, mem_dims[0], dataset_reader, &r,
                                                  mem_space, out);
     if (mem_dims[0] == 0) {
@@ -976,6 +1036,7 @@ int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *rang
     }
     H5Sclose(mem_space);
     H5Sclose(file_space);
+    H5Dclose(dataset);
     zm__count_hdf5_read(source);
     zm__hdf5_unlock();
     if (rc == -ENOMEM)
@@ -990,10 +1051,14 @@ int zm__h5_chunk_lookup(zm_array *array, const uint64_t *chunks, size_t count, z
     /* One B-tree lookup per chunk the first time a request needs it: a
      * request costs O(its chunks · log chunks), never O(all chunks). */
     unsigned rank = array->storage_rank;
-    for (size_t c = 0; c < count; c++) {
+    hid_t dataset = H5I_INVALID_HID; /* opened at the first chunk to look up */
+    int rc = 0;
+    for (size_t c = 0; rc == 0 && c < count; c++) {
         uint64_t i = chunks[c];
         if (array->chunk_address[i] != ZM__CHUNK_UNKNOWN)
             continue;
+        if (dataset < 0 && (dataset = zm__array_dataset(array, err)) < 0)
+            return -EIO;
         hsize_t coord[ZM_MAX_RANK] = {0};
         uint64_t rest = i;
         for (int d = (int)rank - 1; d >= 0; d--) {
@@ -1004,17 +1069,21 @@ int zm__h5_chunk_lookup(zm_array *array, const uint64_t *chunks, size_t count, z
         haddr_t address = HADDR_UNDEF;
         hsize_t size = 0;
         H5E_BEGIN_TRY {
-            if (H5Dget_chunk_info_by_coord(array->dataset, coord, &mask, &address, &size) < 0)
+            if (H5Dget_chunk_info_by_coord(dataset, coord, &mask, &address, &size) < 0)
                 address = HADDR_UNDEF;
         } H5E_END_TRY;
-        if (address != HADDR_UNDEF && size > UINT32_MAX)
-            return zm_err_set(err, -EIO, "%s: chunk %llu is %llu bytes, past 4 GiB",
-                              array->file_path, (unsigned long long)i, (unsigned long long)size);
+        if (address != HADDR_UNDEF && size > UINT32_MAX) {
+            rc = zm_err_set(err, -EIO, "%s: chunk %llu is %llu bytes, past 4 GiB", array->file_path,
+                            (unsigned long long)i, (unsigned long long)size);
+            break;
+        }
         array->chunk_stored_size[i] = (uint32_t)size;
         array->chunk_filter_mask[i] = mask;
         array->chunk_address[i] = address == HADDR_UNDEF ? ZM__CHUNK_ABSENT : (uint64_t)address;
     }
-    return 0;
+    if (dataset >= 0)
+        H5Dclose(dataset);
+    return rc;
 }
 
 /* ---- The structure of a file, bounded ------------------------------------------------ */
@@ -1077,7 +1146,7 @@ struct storage {
  * arrays is checked in milliseconds), except for a compound member, whose
  * dataset's layout was not described, and a contiguous one that does not
  * hold what it claims (is it virtual?). */
-static int storage_of(const zm_array *array, struct storage *s)
+static int storage_of(const zm_array *array, hid_t dataset, struct storage *s)
 {
     memset(s, 0, sizeof *s);
     s->rank = array->storage_rank;
@@ -1093,13 +1162,13 @@ static int storage_of(const zm_array *array, struct storage *s)
         memcpy(s->chunk, array->chunk, sizeof s->chunk);
         return 0;
     }
-    hid_t dcpl = H5Dget_create_plist(array->dataset);
+    hid_t dcpl = H5Dget_create_plist(dataset);
     if (dcpl < 0)
         return -EIO;
     H5D_layout_t layout = H5Pget_layout(dcpl);
     if (array->field != NULL) {
         /* The whole record is what the file stores a row. */
-        hid_t type = H5Dget_type(array->dataset);
+        hid_t type = H5Dget_type(dataset);
         s->value_bytes = type >= 0 ? H5Tget_size(type) : 0;
         if (type >= 0)
             H5Tclose(type);
@@ -1118,12 +1187,13 @@ static int storage_of(const zm_array *array, struct storage *s)
     return 0;
 }
 
+static int check_stored(zm_source *source, const zm_array *array, hid_t dataset, int whole,
+                        zm_err *err);
+
 int zm__h5_check_stored(zm_source *source, const zm_array *array, int whole, zm_err *err)
 {
-    if (array->dataset < 0 || array->storage_rank == 0)
+    if (array->h5_path == NULL || array->storage_rank == 0)
         return 0; /* made in memory; a scalar claims one value */
-    const char *what = array->file_path;
-    struct storage s;
     uint64_t values = 1;
     for (unsigned d = 0; d < array->storage_rank; d++)
         values = times(values, array->storage_shape[d]);
@@ -1134,7 +1204,25 @@ int zm__h5_check_stored(zm_source *source, const zm_array *array, int whole, zm_
     if (array->info.layout == ZM_LAYOUT_CONTIGUOUS && array->field == NULL &&
         array->info.storage_bytes >= claimed)
         return 0;
-    if (storage_of(array, &s) != 0)
+    hid_t dataset = zm__array_dataset(array, err);
+    if (dataset < 0)
+        return -EIO;
+    int rc = check_stored(source, array, dataset, whole, err);
+    H5Dclose(dataset);
+    return rc;
+}
+
+/* zm__h5_check_stored where HDF5 must be asked: the dataset open. */
+static int check_stored(zm_source *source, const zm_array *array, hid_t dataset, int whole,
+                        zm_err *err)
+{
+    const char *what = array->file_path;
+    struct storage s;
+    uint64_t values = 1;
+    for (unsigned d = 0; d < array->storage_rank; d++)
+        values = times(values, array->storage_shape[d]);
+    uint64_t claimed;
+    if (storage_of(array, dataset, &s) != 0)
         return zm_err_set(err, -EIO, "%s: cannot read how the dataset is stored", what);
     claimed = times(values, s.value_bytes);
     char shape[160];
@@ -1168,9 +1256,9 @@ int zm__h5_check_stored(zm_source *source, const zm_array *array, int whole, zm_
                           "%s: its shape %s claims %llu chunks, more than the file "
                           "has bytes (%llu)",
                           what, shape, (unsigned long long)chunks, (unsigned long long)file_bytes);
-    hid_t space = H5Dget_space(array->dataset);
+    hid_t space = H5Dget_space(dataset);
     hsize_t written = 0;
-    herr_t counted = space >= 0 ? H5Dget_num_chunks(array->dataset, space, &written) : -1;
+    herr_t counted = space >= 0 ? H5Dget_num_chunks(dataset, space, &written) : -1;
     if (space >= 0)
         H5Sclose(space);
     if (counted < 0)

@@ -28,7 +28,13 @@ struct zm_array {
     char *reason;          /* storage behind info.path_reason */
     uint64_t serial;       /* unique per array in the process: cache keys */
 
-    hid_t dataset;         /* open while the source is (H5I_INVALID_HID for memory) */
+    /* The dataset is closed once described (libhdf5 keeps ~13 KB for each
+     * open one) and opened again by its path, zm__array_dataset, where a
+     * later call needs it. */
+    hid_t file;            /* the source's file (H5I_INVALID_HID for memory) */
+    char *h5_path;         /* the dataset's path (without any "#field") */
+    unsigned long fileno;  /* its identity, checked when opened again */
+    uint64_t object_addr;  /* its object header's address (btree.c reads it) */
     hid_t stored_type;     /* the dataset's (or field's) file type */
     char *field;           /* ZM_LAYOUT_FIELD: the compound member's name */
     size_t stored_size;    /* bytes per value on disk (fixed strings: their length) */
@@ -48,7 +54,7 @@ struct zm_array {
     uint64_t grid[ZM_MAX_RANK];   /* chunks along each dimension */
     uint64_t chunk_count;         /* product of grid */
     uint64_t contiguous_offset;   /* contiguous: file offset of the values */
-    zm__filter filters[ZM__FILTER_MAX];
+    zm__filter *filters;          /* filter_count of them, allocated (NULL for none) */
     unsigned filter_count;
     uint8_t fill[16];             /* fill value of unallocated chunks (native) */
 
@@ -179,6 +185,11 @@ void zm__element_sort_children(zm_element *element);
 /* Describes a dataset (or one member of a compound dataset) as an array and
  * registers it with the source. presented_transposed: a 2-d dataset shown
  * as its transpose. */
+/* The array's dataset, opened again by its path; called under the HDF5
+ * lock, closed with H5Dclose. It must be the object described (the file is
+ * read-only and held open): another one is EIO naming the array. */
+hid_t zm__array_dataset(const zm_array *array, zm_err *err);
+
 int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, const char *field,
                    int presented_transposed, zm_array **out, zm_err *err);
 /* An array held in memory: numeric values (copied) or strings (taken). */
