@@ -231,9 +231,8 @@ int zm__h5_dataset_check(hid_t file, hid_t dataset, const char *label, zm_err *e
 {
     /* Its object header is in the source (a path that left the file, were
      * there one HDF5 followed by itself, ends here). */
-    H5O_info_t ours, its;
-    if (H5Oget_info2(file, &ours, H5O_INFO_BASIC) < 0 ||
-        H5Oget_info2(dataset, &its, H5O_INFO_BASIC) < 0)
+    zm__h5_object ours, its;
+    if (zm__h5_describe(file, NULL, &ours) != 0 || zm__h5_describe(dataset, NULL, &its) != 0)
         return zm_err_set(err, -EIO, "%s: HDF5 cannot describe the dataset", label);
     if (ours.fileno != its.fileno)
         return zm_err_set(err, ZM__OUTSIDE, "%s: the dataset is in another file: not read", label);

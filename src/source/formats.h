@@ -70,12 +70,6 @@ void zm__set_free(zm__set *set);
 
 /* ---- The structure of a file, bounded (hdf5.c; HDF5 lock held) ------------------------- */
 
-/* What names one object of a file whatever the link it is reached by: in
- * HDF5 1.10 its file number and header address (H5Oget_info); 1.12's
- * H5O_token_t fits in the same bytes. */
-typedef struct zm__h5_object_id {
-    unsigned char bytes[24];
-} zm__h5_object_id;
 /* The type (H5O_TYPE_GROUP, H5O_TYPE_DATASET, ...) and identity of the
  * object at path (links followed). -ENOENT when there is none. */
 int zm__h5_identify(hid_t location, const char *path, int *type, zm__h5_object_id *id);

@@ -63,14 +63,51 @@ int zm__h5_exists(hid_t location, const char *path)
     return H5Oexists_by_name(location, path, H5P_DEFAULT) > 0;
 }
 
+int zm__h5_describe(hid_t location, const char *path, zm__h5_object *out)
+{
+    memset(out, 0, sizeof *out);
+    out->type = -1;
+    if (path != NULL && !zm__h5_exists(location, path))
+        return -ENOENT;
+#if H5_VERSION_GE(1, 12, 0)
+    /* 1.12 and later: an object is named by a token, which the native
+     * format makes of its header's address. */
+    H5O_info2_t info;
+    herr_t status = path != NULL
+                        ? H5Oget_info_by_name3(location, path, &info, H5O_INFO_BASIC, H5P_DEFAULT)
+                        : H5Oget_info3(location, &info, H5O_INFO_BASIC);
+    if (status < 0)
+        return path != NULL ? -ENOENT : -EIO;
+    /* Any location in the file says how its addresses are made. */
+    haddr_t address = HADDR_UNDEF;
+    H5E_BEGIN_TRY {
+        if (H5VLnative_token_to_addr(location, info.token, &address) < 0)
+            address = HADDR_UNDEF;
+    } H5E_END_TRY;
+    memcpy(out->id.bytes + sizeof(uint64_t), &info.token, sizeof info.token);
+#else
+    H5O_info_t info;
+    herr_t status = path != NULL
+                        ? H5Oget_info_by_name2(location, path, &info, H5O_INFO_BASIC, H5P_DEFAULT)
+                        : H5Oget_info2(location, &info, H5O_INFO_BASIC);
+    if (status < 0)
+        return path != NULL ? -ENOENT : -EIO;
+    haddr_t address = info.addr;
+    uint64_t header = (uint64_t)info.addr;
+    memcpy(out->id.bytes + sizeof(uint64_t), &header, sizeof header);
+#endif
+    uint64_t fileno = (uint64_t)info.fileno;
+    memcpy(out->id.bytes, &fileno, sizeof fileno);
+    out->type = (int)info.type;
+    out->fileno = info.fileno;
+    out->header_address = address == HADDR_UNDEF ? 0 : (uint64_t)address;
+    return 0;
+}
+
 int zm__h5_object_type(hid_t location, const char *path)
 {
-    if (!zm__h5_exists(location, path))
-        return -1;
-    H5O_info_t info;
-    if (H5Oget_info_by_name2(location, path, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
-        return -1;
-    return (int)info.type;
+    zm__h5_object object;
+    return zm__h5_describe(location, path, &object) == 0 ? object.type : -1;
 }
 
 int zm__h5_has_attribute(hid_t location, const char *object, const char *name)
@@ -543,9 +580,9 @@ hid_t zm__array_dataset(const zm_array *array, zm_err *err)
         return H5I_INVALID_HID;
     }
     /* The confinement checks made at open hold for this very object only. */
-    H5O_info_t object;
-    if (H5Oget_info2(dataset, &object, H5O_INFO_BASIC) < 0 || object.fileno != array->fileno ||
-        (uint64_t)object.addr != array->object_addr) {
+    zm__h5_object object;
+    if (zm__h5_describe(dataset, NULL, &object) != 0 ||
+        memcmp(&object.id, &array->id, sizeof object.id) != 0) {
         H5Dclose(dataset);
         zm_err_set(err, -EIO,
                    "%s: opened again, its path leads to another object than the one "
@@ -588,17 +625,17 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
     /* What it is, to know it again when opened by its path. */
     array->file = file;
     array->h5_path = strdup(dataset_path);
-    H5O_info_t object;
+    zm__h5_object object;
     if (array->h5_path == NULL || array->file_path == NULL) {
         rc = zm_err_set(err, -ENOMEM, "out of memory describing %s", label);
         goto done;
     }
-    if (H5Oget_info2(dataset, &object, H5O_INFO_BASIC) < 0 || object.addr == HADDR_UNDEF) {
-        rc = zm_err_set(err, -EIO, "%s: cannot read where its object header is", label);
+    if (zm__h5_describe(dataset, NULL, &object) != 0) {
+        rc = zm_err_set(err, -EIO, "%s: HDF5 cannot say which object it is", label);
         goto done;
     }
-    array->fileno = object.fileno;
-    array->object_addr = (uint64_t)object.addr;
+    array->id = object.id;
+    array->object_addr = object.header_address;
     space = H5Dget_space(dataset);
     type = H5Dget_type(dataset);
     int rank = H5Sget_simple_extent_ndims(space);
@@ -1090,20 +1127,11 @@ int zm__h5_chunk_lookup(zm_array *array, const uint64_t *chunks, size_t count, z
 
 int zm__h5_identify(hid_t location, const char *path, int *type, zm__h5_object_id *id)
 {
-    memset(id, 0, sizeof *id);
-    *type = -1;
-    if (!zm__h5_exists(location, path))
-        return -ENOENT;
-    H5O_info_t info;
-    if (H5Oget_info_by_name2(location, path, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
-        return -ENOENT;
-    /* HDF5 1.10: the file number and the header's address name the object.
-     * (1.12: copy info.token, an H5O_token_t of 16 bytes, in place of addr.) */
-    uint64_t fileno = info.fileno, addr = info.addr;
-    memcpy(id->bytes, &fileno, sizeof fileno);
-    memcpy(id->bytes + sizeof fileno, &addr, sizeof addr);
-    *type = (int)info.type;
-    return 0;
+    zm__h5_object object;
+    int rc = zm__h5_describe(location, path, &object);
+    *type = object.type;
+    *id = object.id;
+    return rc == 0 ? 0 : -ENOENT;
 }
 
 /* "(1000000000, 10)", as numpy writes a shape. */

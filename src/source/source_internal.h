@@ -22,6 +22,25 @@
 void zm__hdf5_lock(void);
 void zm__hdf5_unlock(void);
 
+/* What names one object of a file whatever the link it is reached by: its
+ * file number, then (HDF5 1.10) its header's address or (1.12 and later) its
+ * token, an H5O_token_t of 16 bytes. Compared as bytes. */
+typedef struct zm__h5_object_id {
+    unsigned char bytes[24];
+} zm__h5_object_id;
+
+/* One object of a file as every HDF5 from 1.10 to 2.x describes it (the
+ * API changed at 1.12: H5Oget_info3 and tokens in place of addresses; the
+ * calls are chosen at build time by H5_VERSION_GE, hdf5.c). */
+typedef struct zm__h5_object {
+    int type;                 /* H5O_TYPE_GROUP, H5O_TYPE_DATASET, ... */
+    unsigned long fileno;     /* which open file holds it */
+    zm__h5_object_id id;
+    uint64_t header_address;  /* its object header's address in the file's own
+                               * addressing (btree.c reads it), 0 where the
+                               * library cannot say */
+} zm__h5_object;
+
 struct zm_array {
     zm_array_info info;
     char *file_path;       /* storage behind info.file_path */
@@ -33,8 +52,8 @@ struct zm_array {
      * later call needs it. */
     hid_t file;            /* the source's file (H5I_INVALID_HID for memory) */
     char *h5_path;         /* the dataset's path (without any "#field") */
-    unsigned long fileno;  /* its identity, checked when opened again */
-    uint64_t object_addr;  /* its object header's address (btree.c reads it) */
+    zm__h5_object_id id;   /* its identity, checked when opened again */
+    uint64_t object_addr;  /* its object header's address (btree.c reads it; 0: not known) */
     hid_t stored_type;     /* the dataset's (or field's) file type */
     char *field;           /* ZM_LAYOUT_FIELD: the compound member's name */
     size_t stored_size;    /* bytes per value on disk (fixed strings: their length) */
@@ -204,6 +223,10 @@ void zm__array_free(zm_array *array);
 int zm__h5_exists(hid_t location, const char *path);
 /* H5O_TYPE_GROUP, H5O_TYPE_DATASET, or -1. */
 int zm__h5_object_type(hid_t location, const char *path);
+/* The object at path from location (links followed), or location itself
+ * when path is NULL. -ENOENT when there is none, -EIO when HDF5 cannot
+ * describe it. */
+int zm__h5_describe(hid_t location, const char *path, zm__h5_object *out);
 int zm__h5_has_attribute(hid_t location, const char *object, const char *name);
 /* A string attribute (fixed or variable length, scalar or one element);
  * malloc'd into *out. -ENOENT when absent. */
