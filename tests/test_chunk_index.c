@@ -1,6 +1,7 @@
-/* The chunk index read in one pass (src/source/btree.c) against HDF5's own
- * lookups, chunk by chunk, for every chunked array of every fixture and of
- * the real files in ../shared/data. */
+/* The chunk index read in one pass (src/source/btree.c, and with HDF5 1.14
+ * and later H5Dchunk_iter) against HDF5's own lookups, chunk by chunk, for
+ * every chunked array of every fixture and of the real files in
+ * ../shared/data. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -11,12 +12,40 @@
 
 #include "../src/source/source_internal.h"
 
-static unsigned files_seen, arrays_read, arrays_left, chunks_compared;
+static unsigned files_seen, arrays_read, arrays_left, arrays_iterated, chunks_compared;
 
 static int has_suffix(const char *name, const char *suffix)
 {
     size_t n = strlen(name), m = strlen(suffix);
     return n >= m && strcmp(name + n - m, suffix) == 0;
+}
+
+static void forget(zm_array *array)
+{
+    for (uint64_t i = 0; i < array->chunk_count; i++)
+        array->chunk_address[i] = ZM__CHUNK_UNKNOWN;
+}
+
+/* The index as HDF5's lookups give it, chunk by chunk: the reference. */
+struct index {
+    uint64_t *address;
+    uint32_t *size, *mask;
+};
+
+static void expect_same(const char *file, const zm_array *array, const struct index *want,
+                        const char *how)
+{
+    for (uint64_t i = 0; i < array->chunk_count; i++) {
+        cr_expect_eq(want->address[i], array->chunk_address[i], "%s: %s: %s: chunk %llu's address",
+                     file, array->file_path, how, (unsigned long long)i);
+        if (want->address[i] != ZM__CHUNK_ABSENT) {
+            cr_expect_eq(want->size[i], array->chunk_stored_size[i], "%s: %s: %s: chunk %llu's size",
+                         file, array->file_path, how, (unsigned long long)i);
+            cr_expect_eq(want->mask[i], array->chunk_filter_mask[i], "%s: %s: %s: chunk %llu's mask",
+                         file, array->file_path, how, (unsigned long long)i);
+        }
+        chunks_compared++;
+    }
 }
 
 static void compare_array(const char *file, zm_source *source, zm_array *array)
@@ -28,16 +57,34 @@ static void compare_array(const char *file, zm_source *source, zm_array *array)
     array->chunk_stored_size = calloc(n, sizeof *array->chunk_stored_size);
     array->chunk_filter_mask = calloc(n, sizeof *array->chunk_filter_mask);
     cr_assert(array->chunk_address && array->chunk_stored_size && array->chunk_filter_mask);
-    for (uint64_t i = 0; i < n; i++)
-        array->chunk_address[i] = ZM__CHUNK_UNKNOWN;
     zm_err err;
     zm_err_clear(&err);
-    /* First the paths to every seventh chunk only, then the whole index. */
+
+    /* HDF5's lookups, chunk by chunk. */
+    struct index want = {malloc(n * sizeof *want.address), malloc(n * sizeof *want.size),
+                         malloc(n * sizeof *want.mask)};
+    uint64_t *all = malloc(n * sizeof *all);
+    cr_assert(want.address && want.size && want.mask && all);
+    for (uint64_t i = 0; i < n; i++)
+        all[i] = i;
+    forget(array);
+    zm__hdf5_lock();
+    int rc = zm__h5_chunk_lookup(array, all, n, &err);
+    zm__hdf5_unlock();
+    cr_assert_eq(rc, 0, "%s: %s: HDF5's lookups: %s", file, array->file_path, err.reason);
+    memcpy(want.address, array->chunk_address, n * sizeof *want.address);
+    memcpy(want.size, array->chunk_stored_size, n * sizeof *want.size);
+    memcpy(want.mask, array->chunk_filter_mask, n * sizeof *want.mask);
+    free(all);
+
+    /* The B-tree read by btree.c (what HDF5 1.10 builds use): first the
+     * paths to every seventh chunk only, then the whole index. */
+    forget(array);
     uint64_t *some = malloc((n / 7 + 1) * sizeof *some);
     size_t some_count = 0;
     for (uint64_t i = 0; i < n; i += 7)
         some[some_count++] = i;
-    int rc = zm__chunk_index_read(source, array, some, some_count, &err);
+    rc = zm__chunk_index_read(source, array, some, some_count, &err);
     for (size_t i = 0; rc == 0 && i < some_count; i++)
         cr_expect_neq(array->chunk_address[some[i]], ZM__CHUNK_UNKNOWN,
                       "%s: %s: a wanted chunk is known after a partial read", file, array->file_path);
@@ -51,39 +98,26 @@ static void compare_array(const char *file, zm_source *source, zm_array *array)
                          "%s: %s: a refused index leaves every chunk unknown", file, array->file_path);
         arrays_left++;
     } else {
-        uint64_t *address = malloc(n * sizeof *address);
-        uint32_t *size = malloc(n * sizeof *size), *mask = malloc(n * sizeof *mask);
-        uint64_t *all = malloc(n * sizeof *all);
-        cr_assert(address && size && mask && all);
-        memcpy(address, array->chunk_address, n * sizeof *address);
-        memcpy(size, array->chunk_stored_size, n * sizeof *size);
-        memcpy(mask, array->chunk_filter_mask, n * sizeof *mask);
-        for (uint64_t i = 0; i < n; i++) {
-            array->chunk_address[i] = ZM__CHUNK_UNKNOWN;
-            all[i] = i;
-        }
-        zm__hdf5_lock();
-        rc = zm__h5_chunk_lookup(array, all, n, &err);
-        zm__hdf5_unlock();
-        cr_expect_eq(rc, 0, "%s: %s: HDF5's lookups: %s", file, array->file_path, err.reason);
-        for (uint64_t i = 0; rc == 0 && i < n; i++) {
-            cr_expect_eq(address[i], array->chunk_address[i], "%s: %s: chunk %llu's address", file,
-                         array->file_path, (unsigned long long)i);
-            if (address[i] != ZM__CHUNK_ABSENT) {
-                cr_expect_eq(size[i], array->chunk_stored_size[i], "%s: %s: chunk %llu's size", file,
-                             array->file_path, (unsigned long long)i);
-                cr_expect_eq(mask[i], array->chunk_filter_mask[i], "%s: %s: chunk %llu's mask", file,
-                             array->file_path, (unsigned long long)i);
-            }
-            chunks_compared++;
-        }
-        free(address);
-        free(size);
-        free(mask);
-        free(all);
+        expect_same(file, array, &want, "the B-tree read in one pass");
         arrays_read++;
     }
-    /* Left allocated and filled by HDF5: the source frees it. */
+
+#if ZM__H5_HAS_CHUNK_ITER
+    /* HDF5's own one pass (1.14 and later), for every index type. */
+    forget(array);
+    zm__hdf5_lock();
+    rc = zm__h5_chunk_iterate(array, &err);
+    zm__hdf5_unlock();
+    cr_expect_eq(rc, 0, "%s: %s: H5Dchunk_iter: %s", file, array->file_path, err.reason);
+    if (rc == 0) {
+        expect_same(file, array, &want, "H5Dchunk_iter");
+        arrays_iterated++;
+    }
+#endif
+    free(want.address);
+    free(want.size);
+    free(want.mask);
+    /* Left allocated and filled: the source frees it. */
     array->index_allocated = 1;
 }
 
@@ -132,9 +166,13 @@ Test(chunk_index, one_pass_equals_hdf5s_lookups, .timeout = 600)
     compare_tree(path);
     if (shared != NULL)
         compare_tree(shared);
-    cr_log_info("%u files, %u arrays read in one pass (%u chunks compared), %u left to HDF5",
-                files_seen, arrays_read, chunks_compared, arrays_left);
+    cr_log_info("%u files, %u arrays read in one pass by btree.c, %u left to HDF5, %u listed by "
+                "H5Dchunk_iter (%u chunks compared)",
+                files_seen, arrays_read, arrays_left, arrays_iterated, chunks_compared);
     cr_expect_gt(files_seen, 40, "the fixtures were found");
     cr_expect_gt(arrays_read, 50, "most chunked arrays are read in one pass");
     cr_expect_gt(arrays_left, 0, "version 4 layouts (layouts/) are left to HDF5");
+#if ZM__H5_HAS_CHUNK_ITER
+    cr_expect_eq(arrays_iterated, arrays_read + arrays_left, "H5Dchunk_iter lists every array");
+#endif
 }

@@ -1116,12 +1116,75 @@ int zm__h5_chunk_lookup(zm_array *array, const uint64_t *chunks, size_t count, z
         }
         array->chunk_stored_size[i] = (uint32_t)size;
         array->chunk_filter_mask[i] = mask;
-        array->chunk_address[i] = address == HADDR_UNDEF ? ZM__CHUNK_ABSENT : (uint64_t)address;
+        array->chunk_address[i] =
+            address == HADDR_UNDEF ? ZM__CHUNK_ABSENT : ZM__H5_CHUNK_OFFSET(array, address);
     }
     if (dataset >= 0)
         H5Dclose(dataset);
     return rc;
 }
+
+#if ZM__H5_HAS_CHUNK_ITER
+struct chunk_iteration {
+    zm_array *array;
+    uint64_t seen;
+    int rc;
+    zm_err *err;
+};
+
+static int one_chunk(const hsize_t *offset, unsigned mask, haddr_t address, hsize_t size,
+                     void *data)
+{
+    struct chunk_iteration *it = data;
+    zm_array *array = it->array;
+    /* offset is the chunk's first element (HDF5 1.14 and later). */
+    uint64_t index = 0;
+    for (unsigned d = 0; d < array->storage_rank; d++) {
+        uint64_t at = offset[d] / array->chunk[d];
+        if (offset[d] % array->chunk[d] != 0 || at >= array->grid[d]) {
+            it->rc = zm_err_set(it->err, -EIO, "%s: HDF5 lists a chunk at an offset outside the "
+                                "dataset", array->file_path);
+            return -1;
+        }
+        index = index * array->grid[d] + at;
+    }
+    if (size > UINT32_MAX) {
+        it->rc = zm_err_set(it->err, -EIO, "%s: chunk %llu is %llu bytes, past 4 GiB",
+                            array->file_path, (unsigned long long)index, (unsigned long long)size);
+        return -1;
+    }
+    if (array->chunk_address[index] == ZM__CHUNK_UNKNOWN) {
+        array->chunk_stored_size[index] = (uint32_t)size;
+        array->chunk_filter_mask[index] = mask;
+        array->chunk_address[index] =
+            address == HADDR_UNDEF ? ZM__CHUNK_ABSENT : ZM__H5_CHUNK_OFFSET(array, address);
+    }
+    it->seen++;
+    return 0;
+}
+
+int zm__h5_chunk_iterate(zm_array *array, zm_err *err)
+{
+    hid_t dataset = zm__array_dataset(array, err);
+    if (dataset < 0)
+        return -EIO;
+    struct chunk_iteration it = {array, 0, 0, err};
+    herr_t status;
+    H5E_BEGIN_TRY {
+        status = H5Dchunk_iter(dataset, H5P_DEFAULT, one_chunk, &it);
+    } H5E_END_TRY;
+    H5Dclose(dataset);
+    if (it.rc != 0)
+        return it.rc;
+    if (status < 0)
+        return zm_err_set(err, -EIO, "%s: HDF5 cannot list the dataset's chunks", array->file_path);
+    /* What the index does not hold was never written. */
+    for (uint64_t i = 0; i < array->chunk_count; i++)
+        if (array->chunk_address[i] == ZM__CHUNK_UNKNOWN)
+            array->chunk_address[i] = ZM__CHUNK_ABSENT;
+    return 0;
+}
+#endif
 
 /* ---- The structure of a file, bounded ------------------------------------------------ */
 

@@ -288,6 +288,22 @@ int zm__h5_dataset_check(hid_t file, hid_t dataset, const char *label, zm_err *e
 #define ZM__CHUNK_ABSENT (UINT64_MAX - 1)
 /* Looks up the chunks not known yet among chunks[0 .. count) (HDF5 lock held). */
 int zm__h5_chunk_lookup(zm_array *array, const uint64_t *chunks, size_t count, zm_err *err);
+/* HDF5 1.14 and later list a dataset's chunks in one pass (H5Dchunk_iter);
+ * 1.10 has only the lookups above, which walk the index from its start each
+ * time, so there btree.c reads the index itself. */
+#define ZM__H5_HAS_CHUNK_ITER H5_VERSION_GE(1, 14, 0)
+#if ZM__H5_HAS_CHUNK_ITER
+/* Every chunk's entry of the array's index, from one H5Dchunk_iter pass
+ * (HDF5 lock held; entries known already are kept). */
+int zm__h5_chunk_iterate(zm_array *array, zm_err *err);
+#endif
+/* A chunk's offset in the source file from the address HDF5 reports: from
+ * 1.14.4 on it counts the user block, before it did not (HDF5 issue 3003). */
+#if H5_VERSION_GE(1, 14, 4)
+#define ZM__H5_CHUNK_OFFSET(array, address) ((uint64_t)(address))
+#else
+#define ZM__H5_CHUNK_OFFSET(array, address) ((array)->base_address + (uint64_t)(address))
+#endif
 
 /* ---- Format readers -------------------------------------------------------------- */
 
