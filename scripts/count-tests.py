@@ -3,7 +3,7 @@
 
 Each TAP result line ("ok ..." / "not ok ...") of a test counts as one test;
 a test that printed no TAP counts once by its own result. Usage:
-count-tests.py BUILD_DIR...
+count-tests.py BUILD_DIR_OR_TESTLOG_JSON...
 """
 import json
 import re
@@ -14,7 +14,7 @@ TAP_LINE = re.compile(r"^(not ok|ok)\b(.*)$")
 
 def count(build_dir):
     passed = failed = skipped = 0
-    path = f"{build_dir}/meson-logs/testlog.json"
+    path = build_dir if build_dir.endswith(".json") else f"{build_dir}/meson-logs/testlog.json"
     try:
         lines = open(path, encoding="utf-8").read().splitlines()
     except OSError as error:
