@@ -104,7 +104,10 @@ static int collect(void *context, const char *name, const zm_node *node)
         cr_assert_not_null(l->names);
     }
     snprintf(l->names[l->count], sizeof l->names[0], "%c%s",
-             node->kind == ZM_NODE_DIRECTORY ? 'd' : node->kind == ZM_NODE_FILE ? 'f' : 'l', name);
+             node->kind == ZM_NODE_DIRECTORY ? 'd'
+             : node->kind == ZM_NODE_FILE    ? 'f'
+                                             : 'l',
+             name);
     l->count++;
     return 0;
 }
@@ -192,7 +195,8 @@ Test(kept_codecs, another_library_version_is_never_served, .init = make_cache_ro
 {
     /* The default codec, blosc:zstd:1: its bytes are blosc's and zstd's. */
     visit first = mount_and_read(NULL);
-    cr_assert_gt(first.misses, 10, "the walk keeps its chunks: %lld misses", (long long)first.misses);
+    cr_assert_gt(first.misses, 10, "the walk keeps its chunks: %lld misses",
+                 (long long)first.misses);
     cr_expect_eq(first.hits, 0);
     cr_expect_eq(spaces(), 1);
 

@@ -594,8 +594,8 @@ static const char *listed_version(const char *name)
 
 /* The version of a shared library asked through its version number, a
  * call the list does not make: "MAJOR.MINOR.RELEASE". */
-static void version_by_number(const char *soname, const char *symbol, unsigned divide,
-                              char *out, size_t size)
+static void version_by_number(const char *soname, const char *symbol, unsigned divide, char *out,
+                              size_t size)
 {
     void *library = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
     cr_assert_not_null(library, "%s is not loaded (blosc links it): %s", soname, dlerror());

@@ -451,10 +451,12 @@ typedef const char *(*zm__version_function)(void);
 
 /* A library's version function as the process's global scope binds it
  * (NULL if no loaded object defines it): the scope in which the dynamic
- * linker bound blosc's calls to a library blosc is linked with, so this is
- * the copy blosc runs. (A blosc built with a copy of its own inside, its
- * names hidden, is told apart only when no other copy is loaded: Debian's
- * blosc has none, its sources' copies being removed.) */
+ * linker bound blosc's calls to a shared library blosc is linked with, so
+ * this is the copy blosc runs. A blosc built with a copy of its own inside,
+ * its names hidden, is seen only where no shared copy is loaded (nothing is
+ * found, and blosc's own word stands); with both, the shared one would be
+ * named. Debian's blosc has no copy inside (its "+ds" sources drop them)
+ * and links liblz4, zlib and libzstd. */
 static zm__version_function zm__loaded(const char *symbol)
 {
     void *address = dlsym(RTLD_DEFAULT, symbol);
@@ -502,10 +504,11 @@ static void zm__libraries_list(void)
 {
     zm__libraries.count = 0;
     for (int i = 0; i < ZM__LIB_COUNT; i++) {
+        /* A library this build lacks stays out whatever a test pretends. */
+        if (zm__libraries.real[i][0] == '\0')
+            continue;
         const char *version =
             zm__libraries.pretend[i][0] ? zm__libraries.pretend[i] : zm__libraries.real[i];
-        if (version[0] == '\0')
-            continue;
         zm__libraries.list[zm__libraries.count].name = zm__library_names[i];
         zm__libraries.list[zm__libraries.count].version = version;
         zm__libraries.count++;
@@ -531,9 +534,10 @@ const zm_codec_library *zm_codec_libraries(size_t *count)
  * blosc lacks, whose encoding fails anyway). */
 static const char *zm__library_version(int library)
 {
-    if (zm__libraries.pretend[library][0])
-        return zm__libraries.pretend[library];
-    return zm__libraries.real[library][0] ? zm__libraries.real[library] : "absent";
+    if (zm__libraries.real[library][0] == '\0')
+        return "absent";
+    return zm__libraries.pretend[library][0] ? zm__libraries.pretend[library]
+                                             : zm__libraries.real[library];
 }
 
 void zm_codec_build(const zm_codec *codec, char *out, size_t size)
@@ -546,11 +550,11 @@ void zm_codec_build(const zm_codec *codec, char *out, size_t size)
     if (codec->kind == ZM_CODEC_ZSTD) {
         snprintf(out, size, "zstd-%s", zm__library_version(ZM__LIB_ZSTD));
     } else if (codec->kind == ZM_CODEC_BLOSC) {
-        /* lz4hc is liblz4's too. */
         int compressor = -1;
         for (int i = ZM__LIB_BLOSCLZ; i < ZM__LIB_COUNT; i++)
             if (strcmp(codec->blosc_cname, zm__blosc_compressor[i]) == 0)
                 compressor = i;
+        /* LZ4HC is liblz4's too. */
         if (strcmp(codec->blosc_cname, "lz4hc") == 0)
             compressor = ZM__LIB_LZ4;
         if (compressor < 0)
