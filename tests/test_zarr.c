@@ -20,6 +20,7 @@
 #endif
 #include <blosc.h>
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <ftw.h>
 #include <jansson.h>
@@ -32,6 +33,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <zstd.h>
 
 #include "zarr/expected.h"
@@ -575,6 +577,127 @@ Test(codec, thread_safe_and_deterministic)
     for (int c = 0; c < 3; c++)
         free(expected[c]);
     free(data);
+}
+
+/* ---- codec libraries ------------------------------------------------------------- */
+
+/* A library's version in the list (NULL if it is not listed). */
+static const char *listed_version(const char *name)
+{
+    size_t count = 0;
+    const zm_codec_library *libraries = zm_codec_libraries(&count);
+    for (size_t i = 0; i < count; i++)
+        if (strcmp(libraries[i].name, name) == 0)
+            return libraries[i].version;
+    return NULL;
+}
+
+/* The version of a shared library asked through its version number, a
+ * call the list does not make: "MAJOR.MINOR.RELEASE". */
+static void version_by_number(const char *soname, const char *symbol, unsigned divide, char *out,
+                              size_t size)
+{
+    void *library = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
+    cr_assert_not_null(library, "%s is not loaded (blosc links it): %s", soname, dlerror());
+    void *address = dlsym(library, symbol);
+    cr_assert_not_null(address, "%s has no %s", soname, symbol);
+    int (*number)(void);
+    memcpy(&number, &address, sizeof number);
+    unsigned n = (unsigned)number();
+    snprintf(out, size, "%u.%u.%u", n / (divide * divide), n / divide % divide, n % divide);
+    dlclose(library);
+}
+
+/* The list names every library a codec calls, sorted, with the version the
+ * library itself reports at run time: zstd's and lz4's by their version
+ * numbers (another call than the list's), blosc's and zlib's by their own
+ * words, blosclz as blosc says. */
+Test(codec_libraries, are_the_versions_running)
+{
+    size_t count = 0;
+    const zm_codec_library *libraries = zm_codec_libraries(&count);
+    cr_assert_eq(count, 5, "blosc, blosclz, lz4, zlib, zstd: got %zu", count);
+    static const char *const names[] = {"blosc", "blosclz", "lz4", "zlib", "zstd"};
+    for (size_t i = 0; i < count; i++) {
+        cr_expect_str_eq(libraries[i].name, names[i]);
+        cr_expect(libraries[i].version[0] != '\0', "%s has an empty version", names[i]);
+    }
+    char zstd[32];
+    unsigned n = ZSTD_versionNumber();
+    snprintf(zstd, sizeof zstd, "%u.%u.%u", n / 10000, n / 100 % 100, n % 100);
+    cr_expect_str_eq(listed_version("zstd"), zstd);
+    char lz4[32];
+    version_by_number("liblz4.so.1", "LZ4_versionNumber", 100, lz4, sizeof lz4);
+    cr_expect_str_eq(listed_version("lz4"), lz4);
+    cr_expect_str_eq(listed_version("zlib"), zlibVersion());
+    cr_expect_str_eq(listed_version("blosc"), blosc_get_version_string());
+    char *complib = NULL, *version = NULL;
+    cr_assert_geq(blosc_get_complib_info("blosclz", &complib, &version), 0);
+    cr_expect_str_eq(listed_version("blosclz"), version);
+    free(complib);
+    free(version);
+}
+
+/* A codec's build text names the libraries that make its bytes and only
+ * those: none has none. */
+Test(codec_libraries, build_names_what_makes_a_codecs_bytes)
+{
+    static const struct {
+        const char *codec, *libraries[2];
+    } cases[] = {
+        {"none", {NULL, NULL}},
+        {"zstd:3", {"zstd", NULL}},
+        {"blosc", {"blosc", "zstd"}},
+        {"blosc:zstd:1", {"blosc", "zstd"}},
+        {"blosc:lz4", {"blosc", "lz4"}},
+        {"blosc:lz4hc:9", {"blosc", "lz4"}},
+        {"blosc:blosclz", {"blosc", "blosclz"}},
+        {"blosc:zlib:5", {"blosc", "zlib"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        zm_codec codec = parse_codec(cases[i].codec);
+        char expected[256] = "", got[256];
+        for (int j = 0; j < 2 && cases[i].libraries[j] != NULL; j++) {
+            size_t used = strlen(expected);
+            snprintf(expected + used, sizeof expected - used, "%s%s-%s", j ? "+" : "",
+                     cases[i].libraries[j], listed_version(cases[i].libraries[j]));
+        }
+        zm_codec_build(&codec, got, sizeof got);
+        cr_expect_str_eq(got, expected, "%s", cases[i].codec);
+    }
+}
+
+/* The tests' stand-in for another library version changes the list and the
+ * build texts of the codecs that library makes, and nothing else; NULL
+ * gives the real version back. */
+Test(codec_libraries, pretend_changes_only_that_library)
+{
+    zm_codec zstd = parse_codec("zstd:3"), lz4 = parse_codec("blosc:lz4");
+    char zstd_real[256], lz4_real[256], text[256];
+    zm_codec_build(&zstd, zstd_real, sizeof zstd_real);
+    zm_codec_build(&lz4, lz4_real, sizeof lz4_real);
+    cr_assert_eq(zm__codec_library_pretend("zstd", "9.9.9 test"), 0);
+    cr_expect_str_eq(listed_version("zstd"), "9.9.9_test", "spaces are not kept");
+    zm_codec_build(&zstd, text, sizeof text);
+    cr_expect_str_eq(text, "zstd-9.9.9_test");
+    zm_codec_build(&lz4, text, sizeof text);
+    cr_expect_str_eq(text, lz4_real);
+    cr_assert_eq(zm__codec_library_pretend("zstd", NULL), 0);
+    zm_codec_build(&zstd, text, sizeof text);
+    cr_expect_str_eq(text, zstd_real);
+    cr_expect_eq(zm__codec_library_pretend("snappy", "1.0"), -ENOENT);
+    /* The bytes do not change: it only says another version. */
+    uint8_t data[4096], *a = NULL, *b = NULL;
+    size_t a_size = 0, b_size = 0;
+    for (size_t i = 0; i < sizeof data; i++)
+        data[i] = (uint8_t)(i % 13);
+    cr_assert_eq(zm_codec_encode(&zstd, 4, data, sizeof data, &a, &a_size, NULL), 0);
+    cr_assert_eq(zm__codec_library_pretend("zstd", "0.0.1"), 0);
+    cr_assert_eq(zm_codec_encode(&zstd, 4, data, sizeof data, &b, &b_size, NULL), 0);
+    cr_assert_eq(zm__codec_library_pretend("zstd", NULL), 0);
+    cr_expect(a_size == b_size && memcmp(a, b, a_size) == 0);
+    free(a);
+    free(b);
 }
 
 /* ---- documents ------------------------------------------------------------------- */

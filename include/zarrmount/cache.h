@@ -74,7 +74,8 @@ uint64_t zm_cache_key(const void *bytes, size_t length);
 /* ---- On disk: work kept across mounts ----------------------------------------- */
 
 /* A directory of entries that outlive a mount: each filed under a space
- * (what it belongs to, a source's identity) and a key, with an xxh3 of its
+ * (what it belongs to: the tree's are a source's identity and the codec
+ * libraries' versions, zm_codec_build) and a key, with an xxh3 of its
  * bytes checked on every read (a damaged, truncated or foreign entry is
  * removed and reported missing, never served), written under a temporary
  * name and renamed (a crash leaves no half entry), the whole bounded and

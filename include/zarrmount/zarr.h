@@ -1,7 +1,9 @@
 /* zarrmount zarr: Zarr v2 metadata documents and chunk codecs, written the
  * way zarr-python 2.13 / numcodecs write them (anndata 0.8's write_zarr),
  * byte for byte where a reader could tell, and deterministic: the same
- * input gives the same bytes on every machine and run.
+ * input gives the same metadata and the same decoded values on every
+ * machine and run, and the same compressed bytes wherever the codec
+ * libraries' versions are the same (zm_codec_libraries).
  *
  * See shared/reference/anndata08-zarr-layout.txt for what anndata writes. */
 #ifndef ZARRMOUNT_ZARR_H
@@ -54,7 +56,8 @@ void zm_codec_format(const zm_codec *codec, char *out, size_t size);
 struct json_t *zm_codec_config(const zm_codec *codec);
 
 /* Encodes one chunk: in (size bytes of values typesize bytes each) into a
- * malloc'd *out of *out_size bytes. Deterministic, thread-safe (no global
+ * malloc'd *out of *out_size bytes. Deterministic for one set of library
+ * versions (zm_codec_build), thread-safe (no global
  * codec state; blosc through its _ctx calls with one internal thread). For
  * ZM_CODEC_NONE *out is a copy. */
 int zm_codec_encode(const zm_codec *codec, size_t typesize, const void *in, size_t size,
@@ -63,6 +66,36 @@ int zm_codec_encode(const zm_codec *codec, size_t typesize, const void *in, size
 /* Decodes one chunk encoded by zm_codec_encode (tests, cache checks). */
 int zm_codec_decode(const zm_codec *codec, const void *in, size_t size, uint8_t **out,
                     size_t *out_size, zm_err *err);
+
+/* ---- Codec libraries ----------------------------------------------------------- */
+
+/* A library that makes chunk bytes, and the version of it this process runs
+ * (asked of the library itself at run time, not of the headers we were
+ * built with). */
+typedef struct zm_codec_library {
+    const char *name;    /* "blosc", "blosclz", "lz4", "zlib", "zstd" */
+    const char *version; /* "1.21.3": printable ASCII, never empty */
+} zm_codec_library;
+
+/* Every library the encoders call to make chunk bytes, sorted by name, with
+ * its version: blosc; the compressors blosc calls (blosclz, inside blosc;
+ * lz4, also lz4hc's; zlib; zstd), each as blosc's calls are bound to it at
+ * run time (the shared library the dynamic linker loaded, else the copy
+ * blosc was built with); zstd is also the library the zstd codec calls. A
+ * compressor this blosc was built without is left out. *count gets the
+ * number; the array lives as long as the process. The same list goes into
+ * .zarrmount/info.json ("codecLibraries") and into the disk cache's spaces
+ * (zm_codec_build). Thread-safe. */
+const zm_codec_library *zm_codec_libraries(size_t *count);
+
+/* The libraries that make codec's chunk bytes and their versions, as one
+ * text, "NAME-VERSION" joined by '+': "blosc-1.21.3+zstd-1.5.4" for
+ * blosc:zstd, "zstd-1.5.4" for zstd, "" for none (its chunks are the values
+ * as they are, made by no codec library). Two chunks of one codec, level and
+ * input are the same bytes when this text is the same; with another version
+ * of a library they may not be (zstd's output changed between 1.5.4 and
+ * 1.5.7). Cut short (still NUL-terminated) past size; 256 bytes suffice. */
+void zm_codec_build(const zm_codec *codec, char *out, size_t size);
 
 /* ---- Values ---------------------------------------------------------------- */
 

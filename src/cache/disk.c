@@ -1,5 +1,6 @@
 /* Work kept across mounts: entries in a directory, each filed under a space
- * (what it belongs to: a source's identity) and a key, checked by xxh3 on
+ * (what it belongs to: for the tree, a source's identity and the versions of
+ * the codec libraries that made the bytes) and a key, checked by xxh3 on
  * every read (a damaged entry is removed, never served), written under a
  * temporary name and renamed (a crash leaves no half entry under a real
  * name), and the whole bounded, least recently used first out.

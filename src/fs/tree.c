@@ -118,9 +118,10 @@ struct zm_tree {
     zm_source *source;
     zm_source_identity identity;
     /* Chunks of walked views kept across mounts, filed under the source's
-     * identity (NULL: off, or the directory could not be used). */
+     * identity and the codec libraries that make the chunks' bytes (NULL:
+     * off, or the directory could not be used). */
     zm_disk *disk;
-    char disk_space[160];
+    char disk_space[512];
     _Atomic int disk_failed; /* a write failed: said once in the log */
     _Atomic int disk_read_failed; /* an entry was damaged or unreadable: said once */
     /* Chunks the disk cache holds reach readers by the kernel (passthrough,
@@ -2999,7 +3000,8 @@ int zm__tree_check_source(zm_tree *t, zm_err *err)
 /* The disk cache, if wanted and usable: entries filed under the source's
  * size, modification time, inode and a hash of its first 64 KiB (the HDF5
  * superblock and root metadata), so a changed source never meets an old
- * entry. A directory that cannot be used is said once in the log and the
+ * entry, and under the versions of the codec libraries that make the
+ * chunks' bytes, so a library upgrade never meets one either. A directory that cannot be used is said once in the log and the
  * mount goes on without it, except one given with -o cache_dir= that is
  * not private to the mount's user (anyone else who could write to it could
  * forge what is served): then the mount is refused (-EPERM, err says why). */
@@ -3020,9 +3022,18 @@ static int open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err)
     uint8_t head[65536];
     ssize_t got = zm_source_read_raw(t->source, 0, head, sizeof head);
     const zm_source_identity *id = zm_source_get_identity(t->source);
-    snprintf(t->disk_space, sizeof t->disk_space, "source|%lld|%lld|%llu|%016llx",
+    /* The codec's libraries and their versions (zm_codec_build) file its
+     * chunks apart: another zstd may make other bytes for the same values,
+     * and a mount must never serve one library's chunks beside another's.
+     * After an upgrade the old entries are never read again, and go as the
+     * bound evicts them. codec=none adds nothing: its chunks are the values
+     * as they are, which no codec library makes, so they stay shared. */
+    char build[256];
+    zm_codec_build(&t->codec, build, sizeof build);
+    snprintf(t->disk_space, sizeof t->disk_space, "source|%lld|%lld|%llu|%016llx%s%s",
              (long long)id->size, (long long)id->mtime_ns, (unsigned long long)id->inode,
-             (unsigned long long)XXH3_64bits(head, got > 0 ? (size_t)got : 0));
+             (unsigned long long)XXH3_64bits(head, got > 0 ? (size_t)got : 0),
+             build[0] ? "|codecs=" : "", build);
     int rc = zm_disk_open(directory, options->cache_max ? options->cache_max : (4ull << 30),
                           &t->disk, &why);
     if (rc == -EPERM && given) {
@@ -3131,6 +3142,25 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
             json_object_set_new(info, "skipped", list);
         else
             json_decref(list);
+        /* The libraries that make chunk bytes, as they run: compressed
+         * chunks are the same bytes on two machines where these are the
+         * same (and the disk cache files entries by them). */
+        size_t library_count;
+        const zm_codec_library *libraries = zm_codec_libraries(&library_count);
+        json_t *versions = json_object();
+        for (size_t i = 0; versions != NULL && i < library_count; i++)
+            if (json_object_set_new(versions, libraries[i].name,
+                                    json_string(libraries[i].version)) != 0) {
+                json_decref(versions);
+                versions = NULL;
+            }
+        if (info != NULL && versions != NULL)
+            json_object_set_new(info, "codecLibraries", versions);
+        else {
+            json_decref(versions);
+            json_decref(info);
+            info = NULL;
+        }
         char *text = info ? json_dumps(info, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
         json_decref(info);
         if (text == NULL)

@@ -8,13 +8,17 @@
 #include "zarrmount/zarr.h"
 
 #include <blosc.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
 #include <zstd_errors.h>
+
+#include "zarr/zarr_internal.h"
 
 #define ZM__ZSTD_MIN_LEVEL   1
 #define ZM__ZSTD_MAX_LEVEL   22
@@ -406,4 +410,177 @@ int zm_codec_decode(const zm_codec *codec, const void *in, size_t size, uint8_t 
     default:
         return zm__copy(in, size, out, out_size, err);
     }
+}
+
+/* ---- Codec libraries ------------------------------------------------------------- */
+
+/* The libraries, in the order zm_codec_libraries lists them (by name). */
+enum { ZM__LIB_BLOSC, ZM__LIB_BLOSCLZ, ZM__LIB_LZ4, ZM__LIB_ZLIB, ZM__LIB_ZSTD, ZM__LIB_COUNT };
+
+#define ZM__VERSION_MAX 48
+
+static const char *const zm__library_names[ZM__LIB_COUNT] = {"blosc", "blosclz", "lz4", "zlib",
+                                                             "zstd"};
+/* The name blosc_get_complib_info knows each of blosc's compressors by. */
+static const char *const zm__blosc_compressor[ZM__LIB_COUNT] = {NULL, "blosclz", "lz4", "zlib",
+                                                                "zstd"};
+
+static struct {
+    pthread_once_t once;
+    pthread_mutex_t lock;
+    char real[ZM__LIB_COUNT][ZM__VERSION_MAX];    /* "": not in this build */
+    char pretend[ZM__LIB_COUNT][ZM__VERSION_MAX]; /* "": the real one */
+    zm_codec_library list[ZM__LIB_COUNT];
+    size_t count;
+} zm__libraries = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Copies a library's version text: printable ASCII without spaces or '+'
+ * (the build text joins names and versions with '-' and '+'; JSON holds
+ * only UTF-8), at most ZM__VERSION_MAX - 1 bytes; "unknown" for none. */
+static void zm__version_copy(char out[ZM__VERSION_MAX], const char *text)
+{
+    if (text == NULL || text[0] == '\0')
+        text = "unknown";
+    size_t n = 0;
+    for (; text[n] != '\0' && n < ZM__VERSION_MAX - 1; n++)
+        out[n] = text[n] > ' ' && text[n] < 0x7f && text[n] != '+' ? text[n] : '_';
+    out[n] = '\0';
+}
+
+typedef const char *(*zm__version_function)(void);
+
+/* A library's version function as the process's global scope binds it
+ * (NULL if no loaded object defines it): the scope in which the dynamic
+ * linker bound blosc's calls to a shared library blosc is linked with, so
+ * this is the copy blosc runs. A blosc built with a copy of its own inside,
+ * its names hidden, is seen only where no shared copy is loaded (nothing is
+ * found, and blosc's own word stands); with both, the shared one would be
+ * named. Debian's blosc has no copy inside (its "+ds" sources drop them)
+ * and links liblz4, zlib and libzstd. */
+static zm__version_function zm__loaded(const char *symbol)
+{
+    void *address = dlsym(RTLD_DEFAULT, symbol);
+    zm__version_function function = NULL;
+    if (address != NULL)
+        memcpy(&function, &address, sizeof function);
+    return function;
+}
+
+static void zm__libraries_find(void)
+{
+    zm__version_copy(zm__libraries.real[ZM__LIB_BLOSC], blosc_get_version_string());
+    for (int i = ZM__LIB_BLOSCLZ; i < ZM__LIB_COUNT; i++) {
+        /* blosc's own word first: whether it has the compressor at all,
+         * and the version it was built with (blosclz is inside blosc, so
+         * that is the one it runs). */
+        char *complib = NULL, *version = NULL;
+        int code = blosc_get_complib_info(zm__blosc_compressor[i], &complib, &version);
+        if (code >= 0)
+            zm__version_copy(zm__libraries.real[i], version);
+        free(complib);
+        free(version);
+        /* Then, for a shared library, the version running, which is not the
+         * one blosc was built with after an update of the library alone
+         * (Debian 12's blosc was built with zstd 1.5.2 and runs 1.5.4). The
+         * zstd codec calls libzstd itself: its version is asked of it,
+         * whether blosc has zstd or not. */
+        const char *running = NULL;
+        if (i == ZM__LIB_ZSTD) {
+            running = ZSTD_versionString();
+        } else if (code >= 0 && i == ZM__LIB_LZ4) {
+            zm__version_function function = zm__loaded("LZ4_versionString");
+            running = function ? function() : NULL;
+        } else if (code >= 0 && i == ZM__LIB_ZLIB) {
+            zm__version_function function = zm__loaded("zlibVersion");
+            running = function ? function() : NULL;
+        }
+        if (running != NULL)
+            zm__version_copy(zm__libraries.real[i], running);
+    }
+}
+
+/* Fills the list from the real versions and any pretended ones (under lock). */
+static void zm__libraries_list(void)
+{
+    zm__libraries.count = 0;
+    for (int i = 0; i < ZM__LIB_COUNT; i++) {
+        /* A library this build lacks stays out whatever a test pretends. */
+        if (zm__libraries.real[i][0] == '\0')
+            continue;
+        const char *version =
+            zm__libraries.pretend[i][0] ? zm__libraries.pretend[i] : zm__libraries.real[i];
+        zm__libraries.list[zm__libraries.count].name = zm__library_names[i];
+        zm__libraries.list[zm__libraries.count].version = version;
+        zm__libraries.count++;
+    }
+}
+
+static void zm__libraries_init(void)
+{
+    zm__libraries_find();
+    zm__libraries_list();
+}
+
+const zm_codec_library *zm_codec_libraries(size_t *count)
+{
+    pthread_once(&zm__libraries.once, zm__libraries_init);
+    pthread_mutex_lock(&zm__libraries.lock);
+    *count = zm__libraries.count;
+    pthread_mutex_unlock(&zm__libraries.lock);
+    return zm__libraries.list;
+}
+
+/* One library's version as the list has it ("absent" for a compressor this
+ * blosc lacks, whose encoding fails anyway). */
+static const char *zm__library_version(int library)
+{
+    if (zm__libraries.real[library][0] == '\0')
+        return "absent";
+    return zm__libraries.pretend[library][0] ? zm__libraries.pretend[library]
+                                             : zm__libraries.real[library];
+}
+
+void zm_codec_build(const zm_codec *codec, char *out, size_t size)
+{
+    if (size == 0)
+        return;
+    out[0] = '\0';
+    pthread_once(&zm__libraries.once, zm__libraries_init);
+    pthread_mutex_lock(&zm__libraries.lock);
+    if (codec->kind == ZM_CODEC_ZSTD) {
+        snprintf(out, size, "zstd-%s", zm__library_version(ZM__LIB_ZSTD));
+    } else if (codec->kind == ZM_CODEC_BLOSC) {
+        int compressor = -1;
+        for (int i = ZM__LIB_BLOSCLZ; i < ZM__LIB_COUNT; i++)
+            if (strcmp(codec->blosc_cname, zm__blosc_compressor[i]) == 0)
+                compressor = i;
+        /* LZ4HC is liblz4's too. */
+        if (strcmp(codec->blosc_cname, "lz4hc") == 0)
+            compressor = ZM__LIB_LZ4;
+        if (compressor < 0)
+            snprintf(out, size, "blosc-%s+%.16s-unknown", zm__library_version(ZM__LIB_BLOSC),
+                     codec->blosc_cname);
+        else
+            snprintf(out, size, "blosc-%s+%s-%s", zm__library_version(ZM__LIB_BLOSC),
+                     zm__library_names[compressor], zm__library_version(compressor));
+    }
+    pthread_mutex_unlock(&zm__libraries.lock);
+}
+
+int zm__codec_library_pretend(const char *name, const char *version)
+{
+    pthread_once(&zm__libraries.once, zm__libraries_init);
+    for (int i = 0; i < ZM__LIB_COUNT; i++) {
+        if (strcmp(name, zm__library_names[i]) != 0)
+            continue;
+        pthread_mutex_lock(&zm__libraries.lock);
+        if (version == NULL)
+            zm__libraries.pretend[i][0] = '\0';
+        else
+            zm__version_copy(zm__libraries.pretend[i], version);
+        zm__libraries_list();
+        pthread_mutex_unlock(&zm__libraries.lock);
+        return 0;
+    }
+    return -ENOENT;
 }

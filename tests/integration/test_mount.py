@@ -4,8 +4,9 @@ anndata.read_zarr of each view (full/, file/, uniform at several seeds and
 sizes, blocks with the default and an explicit B) equals anndata's reading
 of the source subset to the view's cells in its order; that zarr-python and
 dask.array.from_zarr read every array; that `cp -r` of a view reads back the
-same; that refused paths are ENOENT; and that two mounts of one source give
-byte-identical trees, for every codec. Every mount is unmounted in every
+same; that refused paths are ENOENT; that two mounts of one source give
+byte-identical trees, for every codec; and that info.json lists the codec
+libraries at the versions they report. Every mount is unmounted in every
 outcome. Prints TAP.
 
 Needs ZM_BINARY, ZM_SOURCE_ROOT, ZM_SHARED_DATA. ZM_ONLY=substring limits the
@@ -368,6 +369,40 @@ def disk_cache():
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def codec_libraries():
+    """info.json lists the codec libraries the daemon makes chunk bytes with,
+    each at the version the library itself reports at run time: asked here
+    through ctypes of the same shared libraries (by their version numbers
+    where they have one, another call than the daemon's)."""
+    import ctypes
+    source = os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad")
+    try:
+        with mounted(source, "cache_dir=none") as point:
+            with open(os.path.join(point, ".zarrmount", "info.json")) as f:
+                got = json.load(f).get("codecLibraries")
+
+        def dotted(number, base):
+            return f"{number // (base * base)}.{number // base % base}.{number % base}"
+
+        blosc = ctypes.CDLL("libblosc.so.1")
+        blosc.blosc_get_version_string.restype = ctypes.c_char_p
+        complib, version = ctypes.c_char_p(), ctypes.c_char_p()
+        blosc.blosc_get_complib_info(b"blosclz", ctypes.byref(complib), ctypes.byref(version))
+        zlib = ctypes.CDLL("libz.so.1")
+        zlib.zlibVersion.restype = ctypes.c_char_p
+        expected = {
+            "blosc": blosc.blosc_get_version_string().decode(),
+            "blosclz": version.value.decode(),
+            "lz4": dotted(ctypes.CDLL("liblz4.so.1").LZ4_versionNumber(), 100),
+            "zlib": zlib.zlibVersion().decode(),
+            "zstd": dotted(ctypes.CDLL("libzstd.so.1").ZSTD_versionNumber(), 100),
+        }
+        check("info.json lists the codec libraries at the versions they report", got == expected,
+              f"info.json {got}, the libraries {expected}")
+    except Exception:  # noqa: BLE001
+        check("info.json lists the codec libraries", False, traceback.format_exc(limit=3))
+
+
 def copy_and_identity():
     source = os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad")
     info, _ = views.views_for(source)
@@ -512,6 +547,7 @@ def main():
             check_methods(path)
         except Exception:  # noqa: BLE001
             check(f"{path}: stratified and spatial views", False, traceback.format_exc(limit=3))
+    codec_libraries()
     if not os.environ.get("ZM_ONLY"):
         copy_and_identity()
         disk_cache()
