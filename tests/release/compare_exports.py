@@ -12,7 +12,7 @@ Every source of a small set is exported as two views in every codec by both
 builds (`zarrmount export`), then compared file by file:
 - metadata documents (.zgroup, .zattrs, .zarray, .zmetadata) byte for byte;
 - every chunk's decoded bytes (numcodecs decodes both), always identical;
-- every chunk's compressed bytes: identical exactly where docs/determinism.md's
+- every chunk's compressed bytes: identical exactly where docs/mount.md's
   table says the codec is stable between the two releases' library
   versions ("identical"), and different in some chunk where it says
   "differs" (else the table would claim a difference not seen).
@@ -31,7 +31,7 @@ import numcodecs
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 SHARED = os.path.abspath(os.path.join(ROOT, "..", "shared", "data"))
-TABLE = os.path.join(ROOT, "docs", "determinism.md")
+TABLE = os.path.join(ROOT, "docs", "mount.md")
 
 SOURCES = [
     os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad"),
@@ -66,7 +66,7 @@ def package_versions(prefix):
 
 
 def expected(release):
-    """docs/determinism.md's column for this release pair: codec -> 'identical'
+    """docs/mount.md's column for this release pair: codec -> 'identical'
     or 'differs'."""
     lines = open(TABLE, encoding="utf-8").read().splitlines()
     for i, line in enumerate(lines):
@@ -81,7 +81,7 @@ def expected(release):
                 if not row.startswith("|"):
                     break
                 cells = [c.strip() for c in row.strip().strip("|").split("|")]
-                codec = cells[0].strip("`")
+                codec = cells[0].split()[0].strip("`")
                 word = cells[column].split()[0].lower() if len(cells) > column and cells[column] else ""
                 table[codec] = word
             return table
@@ -196,7 +196,7 @@ def main():
             results.append((differing > 0, f"{codec}: compressed bytes differ somewhere, as the table says "
                             f"({seen})", ""))
         else:
-            results.append((False, f"{codec}: docs/determinism.md has no entry for Debian {release}", seen))
+            results.append((False, f"{codec}: docs/mount.md has no entry for Debian {release}", seen))
     shutil.rmtree(out, ignore_errors=True)
 
     print(f"1..{len(results)}")
