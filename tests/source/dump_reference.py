@@ -1049,6 +1049,8 @@ class H5ad:
         if a.X is not None:
             self.matrix("X", a.X, self.node("X"), True)
         for k in a.layers.keys():
+            if k is None:
+                continue  # newer anndata (0.13) lists X itself as layers[None]
             self.matrix(f"layers/{k}", a.layers[k], self.node(f"layers/{k}"), True)
         self.dataframe("obs", a.obs, self.node("obs"), True)
         self.dataframe("var", a.var, self.node("var"), False)
