@@ -113,9 +113,14 @@ def differing(a, b):
 
 
 def read_back(path):
+    """(the array's dtype as its metadata says, its values as a numpy array). zarr 3.4
+    gives a 0-d array's value as a numpy scalar (np.str_('') has dtype <U0), so the dtype
+    is the array's, not the value's."""
     if ZARR2:
-        return zarr.open_array(path, mode='r')[...]
-    return zarr.open_array(store=path, mode='r', zarr_format=2)[...]
+        z = zarr.open_array(path, mode='r')
+    else:
+        z = zarr.open_array(store=path, mode='r', zarr_format=2)
+    return np.dtype(z.dtype), np.asarray(z[...])
 
 
 def check_array(directory, entry):
@@ -123,13 +128,13 @@ def check_array(directory, entry):
     try:
         values = load_values(directory, entry)
         path = os.path.join(directory, entry['path'])
-        got = read_back(path)
+        dtype, got = read_back(path)
         if entry['vlen']:
             result['read'] = got.shape == values.shape and all(
                 a == b for a, b in zip(got.ravel().tolist(), values.ravel().tolist()))
         else:
-            result['read'] = (got.dtype == values.dtype and got.shape == values.shape and
-                              got.tobytes() == values.tobytes())
+            result['read'] = (dtype == values.dtype and got.shape == values.shape and
+                              got.astype(dtype).tobytes() == values.tobytes())
         theirs = reproduced_files(entry, values)
         if ZARR2:
             written = zarr2_files(entry, values)
