@@ -2,11 +2,22 @@
 """Print, as one JSON object, what anndata / h5py / loompy read from an HDF5 single-cell file.
 
     /usr/bin/python3 tests/source/dump_reference.py FILE [--rows R1,R2,...] [--genome NAME] [--pretty]
+    /usr/bin/python3 tests/source/dump_reference.py --agree-with-anndata FILE.h5ad...
 
 The C source reader's tests compare their element model with this reference, element by
-element.  Only Debian's python3 and apt packages are used (anndata 0.8.0, h5py 3.7.0,
-loompy 3.0.7, numpy, scipy, pandas).  Filter 32015 (zstd) is registered through h5zstd.py
+element.  Only Debian's python3 and apt packages are used: h5py, numpy, scipy, pandas and
+loompy (Debian 12: h5py 3.7, numpy 1.24, pandas 1.5, loompy 3.0.7; Debian 13: h5py 3.13,
+numpy 2.2, pandas 2.2, loompy 3.0.7), and anndata only for --agree-with-anndata: h5ad files
+are read with h5py alone, along anndata 0.8's on-disk layout (model_h5py below), because
+Debian 13 does not package anndata.  Filter 32015 (zstd) is registered through h5zstd.py
 beside this file, since Debian has no zstd HDF5 plugin.
+
+--agree-with-anndata prints a first line {"anndata": VERSION} and then, for each file, a
+line {"file", "agree", "differences": [...]} (or "h5py_error" / "anndata_error" where a
+reading refused it) saying whether anndata's own read_h5ad gives the same dump, whole and
+for the rows tests/test_source.c gathers.  Where anndata is not installed the only line is
+{"skip": REASON} (exit 0) if the release has no python3-anndata, else {"fail": REASON}
+(exit 2): see optional_modules.py.
 
 Output
 ------
@@ -18,7 +29,7 @@ Output
      "rows": {"selection": [...], "elements": {PATH: ROWS_ENTRY, ...}}   (with --rows only)
     }
 A file that is not a readable single-cell HDF5 file prints {"error": "one line"} and exits 2;
-so does one that anndata cannot read, or whose sparse matrices are structurally invalid
+so does one that anndata 0.8 cannot read, or whose sparse matrices are structurally invalid
 (indptr not starting at 0, not monotone, not ending at nnz; indices outside the minor axis).
 
 PATH is the model path as anndata presents the element: X, layers/<k>, obs (the dataframe),
@@ -70,8 +81,10 @@ columns, obsp/*, raw/X):
 
 Presentation choices
 --------------------
-h5ad: anndata.read_h5ad (in memory) decides which elements exist and their kinds and values;
-      the bytes and dtypes come from the file's datasets (h5py), and the two are checked equal.
+h5ad: the elements, kinds and values anndata 0.8's read_h5ad (in memory) presents, read by
+      model_h5py (which follows anndata 0.8's readers and read-time fixes with h5py and
+      pandas; --agree-with-anndata compares it with anndata itself); the bytes and dtypes
+      come from the file's datasets (h5py), and the two are checked equal.
       Pre-0.7 files: obs/var/obsm/varm compound datasets are split into columns / arrays;
       categoricals come from uns/<col>_categories (and leave uns, as anndata moves them);
       uns/neighbors/{connectivities,distances} appear as obsp/* (as anndata moves them).
@@ -427,7 +440,403 @@ def numbers_equal(a, b):
 
 def check(cond, what):
     if not cond:
-        raise RefError(f"file and anndata disagree: {what}")
+        raise RefError(f"the file's datasets and the element model disagree: {what}")
+
+
+# --------------------------------------------------------------------------------------
+# h5ad read with h5py alone, as anndata 0.8's read_h5ad reads it
+# --------------------------------------------------------------------------------------
+#
+# The reference must not need anndata (Debian 13 does not package it), so this reads the
+# file itself along anndata's on-disk layout: each element's "encoding-type" and
+# "encoding-version" attributes choose its reader, exactly the (group or dataset, type,
+# version) pairs anndata 0.8.0 registers for HDF5, and elements without them are read the
+# way anndata 0.8 reads 0.6/0.7 files.  What comes out is what anndata 0.8's AnnData
+# holds after read_h5ad, as numpy / scipy / pandas objects, with its read-time fixes:
+# categories kept in uns moved into obs/var (_clean_uns), uns["neighbors"] matrices moved
+# to obsp (_move_adj_mtx), multi-column keys moved to obsm (_clean_up_old_format), and
+# legacy raw.X / raw.var / raw.varm.  Every step below follows anndata 0.8's code
+# operation for operation (the same numpy and pandas calls), so that where the values
+# are odd the same exceptions and the same conversions happen.  Where anndata is
+# installed, --agree-with-anndata checks that both readings give the same dump.
+
+_MISSING = object()
+
+
+class Model:
+    """What read_h5ad returns, as far as the dump looks at it."""
+
+    def __init__(self):
+        self.X = None
+        self.layers = {}
+        self.obs = self.var = None
+        self.obsm, self.varm, self.obsp, self.varp = {}, {}, {}, {}
+        self.uns = {}
+        self.raw = None
+        self.n_obs = self.n_vars = 0
+
+
+class RawModel:
+    def __init__(self, X, var, varm):
+        self.X, self.var, self.varm = X, var, varm
+
+
+def read_attr(attrs, name, default=_MISSING):
+    """An attribute as anndata's _read_attr gives it: fixed-length strings decoded."""
+    if name not in attrs and default is not _MISSING:
+        return default
+    value = attrs[name]
+    tid = attrs.get_id(name)
+    si = h5py.check_string_dtype(tid.dtype)
+    if si is None or si.length is None:
+        return value
+    if len(tid.shape) == 0:
+        return value.decode("utf-8")
+    return [s.decode("utf-8") if isinstance(s, bytes) else s for s in value]
+
+
+def encoding_of(elem):
+    return (read_attr(elem.attrs, "encoding-type", ""), read_attr(elem.attrs, "encoding-version", ""))
+
+
+def from_fixed_length_strings(value):
+    """Fixed-length byte fields as unicode, variable-length string fields as objects."""
+    new_dtype = []
+    for dt in value.dtype.descr:
+        dt_list = list(dt)
+        dt_type = dt[1]
+        is_annotated = isinstance(dt_type, tuple)
+        if is_annotated:
+            dt_type = dt_type[0]
+        if issubclass(np.dtype(dt_type).type, np.bytes_):
+            dt_list[1] = f"U{int(dt_type[2:])}"
+        elif is_annotated or np.issubdtype(np.dtype(dt_type), np.str_):
+            dt_list[1] = "O"
+        new_dtype.append(tuple(dt_list))
+    return value.astype(new_dtype)
+
+
+def decode_structured_array(arr, dtype):
+    """UTF-8 variable-length string fields decoded (h5py 3 reads them as bytes)."""
+    decode = np.frompyfunc(lambda x: x.decode("utf-8"), 1, 1)
+    for k, (dt, _) in dtype.fields.items():
+        si = h5py.check_string_dtype(dt)
+        if si is not None and si.encoding == "utf-8":
+            decode(arr[k], out=arr[k])
+    return arr
+
+
+def read_dataset(dataset):
+    """A dataset without encoding attributes (anndata 0.8's h5ad.read_dataset)."""
+    si = h5py.check_string_dtype(dataset.dtype)
+    if si is not None and si.encoding == "utf-8":
+        dataset = dataset.asstr()
+    value = dataset[()]
+    if not hasattr(value, "dtype"):
+        return value
+    if issubclass(value.dtype.type, np.bytes_):
+        value = value.astype(str)
+        # Old files hold a string as a one-element array.
+        if len(value) == 1:
+            return value[0]
+    elif len(value.dtype.descr) > 1:
+        dtype = value.dtype
+        value = decode_structured_array(from_fixed_length_strings(value), dtype)
+    if value.shape == ():
+        value = value[()]
+    return value
+
+
+SPARSE_CLASSES = {"csr": sp.csr_matrix, "csc": sp.csc_matrix}
+
+
+def read_sparse(group):
+    """A CSR/CSC group, encoded (0.7+) or h5sparse (0.6): SparseDataset.to_memory."""
+    if "h5sparse_format" in group.attrs:
+        fmt = read_attr(group.attrs, "h5sparse_format")
+    else:
+        fmt = read_attr(group.attrs, "encoding-type").replace("_matrix", "")
+    if fmt not in SPARSE_CLASSES:
+        raise RefError(f"{group.name}: sparse format {fmt!r} is not csr or csc")
+    shape = group.attrs.get("h5sparse_shape")
+    shape = tuple(group.attrs["shape"] if shape is None else shape)
+    m = SPARSE_CLASSES[fmt](shape, dtype=group["data"].dtype)
+    m.data = group["data"][...]
+    m.indices = group["indices"][...]
+    m.indptr = group["indptr"][...]
+    return m
+
+
+def read_basic(elem):
+    """An element without encoding attributes (anndata 0.6/0.7 files)."""
+    if isinstance(elem, h5py.Group):
+        if "h5sparse_format" in elem.attrs:
+            return read_sparse(elem)
+        return {k: read_elem(v) for k, v in elem.items()}
+    return read_dataset(elem)
+
+
+def read_recarray(ds):
+    value = ds[()]
+    dtype = value.dtype
+    return decode_structured_array(from_fixed_length_strings(value), dtype)
+
+
+def read_dataframe_020(group):
+    columns = list(read_attr(group.attrs, "column-order"))
+    idx_key = read_attr(group.attrs, "_index")
+    df = pd.DataFrame({k: read_elem(group[k]) for k in columns},
+                      index=read_elem(group[idx_key]), columns=list(columns))
+    if idx_key != "_index":
+        df.index.name = idx_key
+    return df
+
+
+def read_series(ds):
+    """A 0.7 (dataframe 0.1.0) column: codes with a 'categories' reference, or values."""
+    if "categories" in ds.attrs:
+        categories_ds = ds.parent[read_attr(ds.attrs, "categories")]
+        categories = read_elem(categories_ds)
+        ordered = bool(read_attr(categories_ds.attrs, "ordered", False))
+        return pd.Categorical.from_codes(read_elem(ds), categories, ordered=ordered)
+    return read_elem(ds)
+
+
+def read_dataframe_010(group):
+    columns = read_attr(group.attrs, "column-order")
+    idx_key = read_attr(group.attrs, "_index")
+    df = pd.DataFrame({k: read_series(group[k]) for k in columns},
+                      index=read_series(group[idx_key]), columns=list(columns))
+    if idx_key != "_index":
+        df.index.name = idx_key
+    return df
+
+
+def read_dataframe_legacy(ds):
+    """A pre-0.7 dataframe: one compound dataset, the index its first field."""
+    df = pd.DataFrame(decode_structured_array(from_fixed_length_strings(ds[()]), ds.dtype))
+    df.set_index(df.columns[0], inplace=True)
+    return df
+
+
+def read_categorical(group):
+    return pd.Categorical.from_codes(codes=read_elem(group["codes"]),
+                                     categories=read_elem(group["categories"]),
+                                     ordered=read_attr(group.attrs, "ordered"))
+
+
+def read_nullable(cls):
+    def read(group):
+        if "mask" in group:
+            return cls(read_elem(group["values"]), mask=read_elem(group["mask"]))
+        return pd.array(read_elem(group["values"]))
+    return read
+
+
+# The (group or dataset, encoding-type, encoding-version) readers anndata 0.8.0 has for
+# HDF5; any other pair is an element anndata 0.8 cannot read.
+READERS = {
+    (True, "", ""): read_basic,
+    (False, "", ""): read_basic,
+    (True, "dict", "0.1.0"): lambda g: {k: read_elem(v) for k, v in g.items()},
+    (False, "array", "0.2.0"): lambda d: d[()],
+    (False, "string-array", "0.2.0"): lambda d: d.asstr()[()],
+    (False, "rec-array", "0.2.0"): read_recarray,
+    (True, "csr_matrix", "0.1.0"): read_sparse,
+    (True, "csc_matrix", "0.1.0"): read_sparse,
+    (True, "dataframe", "0.2.0"): read_dataframe_020,
+    (True, "dataframe", "0.1.0"): read_dataframe_010,
+    (True, "categorical", "0.2.0"): read_categorical,
+    (True, "nullable-integer", "0.1.0"): read_nullable(pd.arrays.IntegerArray),
+    (True, "nullable-boolean", "0.1.0"): read_nullable(pd.arrays.BooleanArray),
+    (False, "numeric-scalar", "0.2.0"): lambda d: d[()],
+    (False, "string", "0.2.0"): lambda d: d.asstr()[()],
+    (False, "bytes", "0.2.0"): lambda d: d[()],
+}
+
+
+def read_elem(elem):
+    etype, eversion = encoding_of(elem)
+    reader = READERS.get((isinstance(elem, h5py.Group), etype, eversion))
+    if reader is None:
+        what = "group" if isinstance(elem, h5py.Group) else "dataset"
+        raise RefError(f"{elem.name}: no reader for a {what} with encoding-type {etype!r} "
+                       f"version {eversion!r} (anndata 0.8 has none either)")
+    return reader(elem)
+
+
+def read_df(elem):
+    """obs, var, raw.var: a group by its encoding, a compound dataset as before 0.7."""
+    if not isinstance(elem, h5py.Group):
+        return read_dataframe_legacy(elem)
+    return read_elem(elem)
+
+
+def clean_uns(d):
+    """Categories that 0.6 files keep in uns/<column>_categories go back to obs/var."""
+    k_to_delete = set()
+    for cats_name, cats in d.get("uns", {}).items():
+        if not cats_name.endswith("_categories"):
+            continue
+        name = cats_name.replace("_categories", "")
+        if isinstance(cats, (str, int)):
+            cats = [cats]
+        for ann in ("obs", "var"):
+            if name not in d[ann]:
+                continue
+            codes = d[ann][name].values
+            # The axis the categories were for: the one whose codes fit them.
+            if not np.all(codes < len(cats)):
+                continue
+            d[ann][name] = pd.Categorical.from_codes(codes, cats)
+            k_to_delete.add(cats_name)
+    for cats_name in k_to_delete:
+        del d["uns"][cats_name]
+
+
+def frame_for(df):
+    """anndata's _gen_dataframe for a DataFrame: a shallow copy with a str index."""
+    df = df.copy(deep=False)
+    if not pd.api.types.is_string_dtype(df.index):
+        df.index = df.index.astype(str)
+    return df
+
+
+def aligned(mapping, what, shape_of, names=None):
+    """A mapping aligned to axes (obsm, layers, obsp, ...), each value checked as anndata
+    0.8's AlignedMapping does on setting it: the parent's dimensions, and for a dataframe
+    the parent's names as its index."""
+    if mapping is None:
+        return {}
+    if isinstance(mapping, np.ndarray):
+        if mapping.dtype.fields is None:
+            raise RefError(f"{what}: an array with no fields where a mapping was expected")
+        mapping = {k: mapping[k] for k in mapping.dtype.fields.keys()}
+    if not isinstance(mapping, dict):
+        raise RefError(f"{what}: a {type(mapping).__name__} where a mapping was expected")
+    out = {}
+    for k, v in mapping.items():
+        if not hasattr(v, "shape"):
+            raise RefError(f"{what}/{k}: a {type(v).__name__} has no shape")
+        want = shape_of(v)
+        if tuple(v.shape[:len(want)]) != want:
+            raise RefError(f"{what}/{k}: shape {tuple(v.shape)}, expected {want} first")
+        if names is not None and hasattr(v, "index") and not (v.index == names).all():
+            raise RefError(f"{what}/{k}: its index does not match the parent's names")
+        out[k] = v
+    return out
+
+
+MULTICOL_KEYS = (("obs", ("obs_keys_multicol", "smp_keys_multicol", "_obs_keys_multicol",
+                          "_smp_keys_multicol")),
+                 ("var", ("var_keys_multicol", "_var_keys_multicol")))
+
+
+def model_h5py(f):
+    """The h5ad file f as anndata 0.8's read_h5ad presents it (a Model)."""
+    d = {}
+    for k in f.keys():
+        if k == "raw" or k.startswith("raw."):
+            continue
+        if k in ("obs", "var"):
+            d[k] = read_df(f[k])
+        else:
+            d[k] = read_elem(f[k])
+    raw = {}
+    if "raw/X" in f:
+        raw["X"] = read_elem(f["raw/X"])
+    for v in ("var", "varm"):
+        if f"raw/{v}" in f:
+            raw[v] = read_elem(f[f"raw/{v}"])
+    if raw:
+        if any(k.startswith("raw.") for k in f):
+            raise RefError("the file has both legacy raw.* and current raw elements")
+    else:
+        if "raw.X" in f:
+            raw["X"] = read_elem(f["raw.X"])
+        if "raw.var" in f:
+            raw["var"] = read_df(f["raw.var"])
+        if "raw.varm" in f:
+            raw["varm"] = read_elem(f["raw.varm"])
+    clean_uns(d)
+    unknown = sorted(set(d) - {"X", "obs", "var", "uns", "obsm", "varm", "obsp", "varp",
+                               "layers"})
+    if unknown:
+        raise RefError(f"top-level element {unknown[0]!r} is not part of an AnnData")
+
+    m = Model()
+    X = d.get("X")
+    if X is not None:
+        if not (isinstance(X, np.ndarray) or sp.issparse(X)):
+            raise RefError(f"X is a {type(X).__name__}, not an array or a sparse matrix")
+        if len(X.shape) != 2:
+            raise RefError(f"X has {len(X.shape)} dimensions, not 2")
+        m.X = X
+        m.n_obs, m.n_vars = X.shape
+    else:
+        m.n_obs = len(d["obs"]) if d.get("obs") is not None else 0
+        m.n_vars = len(d["var"]) if d.get("var") is not None else 0
+    for axis, n in (("obs", m.n_obs), ("var", m.n_vars)):
+        df = d.get(axis)
+        if df is None or len(df) == 0:
+            df = pd.DataFrame(index=pd.RangeIndex(0, n, name=None).astype(str))
+        elif not isinstance(df, pd.DataFrame):
+            raise RefError(f"{axis} is a {type(df).__name__}, not a dataframe")
+        else:
+            df = frame_for(df)
+        if len(df) != n:
+            raise RefError(f"{axis} has {len(df)} rows, but the matrix {n}")
+        setattr(m, axis, df)
+    uns = d.get("uns")
+    m.uns = uns if uns else {}
+    if not isinstance(m.uns, dict):
+        raise RefError(f"uns is a {type(m.uns).__name__}, not a mapping")
+    m.obsm = aligned(d.get("obsm"), "obsm", lambda v: (m.n_obs,), m.obs.index)
+    m.varm = aligned(d.get("varm"), "varm", lambda v: (m.n_vars,), m.var.index)
+    m.obsp = aligned(d.get("obsp"), "obsp", lambda v: (m.n_obs, m.n_obs))
+    m.varp = aligned(d.get("varp"), "varp", lambda v: (m.n_vars, m.n_vars))
+    # uns["neighbors"]' adjacency matrices belong in obsp (_move_adj_mtx).
+    n = m.uns.get("neighbors", {})
+    for k in ("distances", "connectivities"):
+        if k in n and isinstance(n[k], (sp.spmatrix, np.ndarray)) and len(n[k].shape) == 2:
+            m.obsp.update(aligned({k: n.pop(k)}, "obsp", lambda v: (m.n_obs, m.n_obs)))
+    if raw:
+        if raw.get("X") is None:
+            raise RefError("raw has no X")
+        rX = raw["X"]
+        rvar = raw.get("var")
+        if rvar is None or len(rvar) == 0:
+            rvar = pd.DataFrame(index=pd.RangeIndex(0, rX.shape[1], name=None).astype(str))
+        else:
+            rvar = frame_for(rvar)
+        m.raw = RawModel(rX, rvar, aligned(raw.get("varm"), "raw/varm",
+                                            lambda v: (rX.shape[1],), rvar.index))
+    # Old multi-column obs/var keys become obsm/varm arrays (_clean_up_old_format).
+    for axis, keys in MULTICOL_KEYS:
+        for k in keys:
+            if uns and k in uns:
+                multicol = list(uns[k])
+                del uns[k]
+                break
+        else:
+            multicol = []
+        df = getattr(m, axis)
+        for key in multicol:
+            cols = [c for c in df.columns if c.startswith(key)]
+            values = df[cols].values
+            df.drop(cols, axis=1, inplace=True)
+            getattr(m, axis + "m")[key] = values
+    m.layers = aligned(d.get("layers"), "layers", lambda v: (m.n_obs, m.n_vars))
+    return m
+
+
+def model_anndata(path):
+    """The same file as anndata itself reads it (for --agree-with-anndata)."""
+    import anndata as ad
+    try:
+        return ad.read_h5ad(path)
+    except Exception as exc:  # noqa: BLE001
+        raise RefError(f"anndata cannot read it: {type(exc).__name__}: {one_line(exc)}")
 
 
 # --------------------------------------------------------------------------------------
@@ -435,13 +844,12 @@ def check(cond, what):
 # --------------------------------------------------------------------------------------
 
 class H5ad:
-    def __init__(self, path, f):
-        import anndata as ad
+    """The dump of an h5ad file: the elements a model (model_h5py's, or anndata's own
+    AnnData) presents, each checked against the file's datasets read with h5py."""
+
+    def __init__(self, path, f, model):
         self.f = f
-        try:
-            self.a = ad.read_h5ad(path)
-        except Exception as exc:  # noqa: BLE001
-            raise RefError(f"anndata cannot read it: {type(exc).__name__}: {one_line(exc)}")
+        self.a = model
         if "encoding-type" in f.attrs:
             self.generation = "0.8+"
         elif isinstance(f.get("obs"), h5py.Dataset):
@@ -486,7 +894,7 @@ class H5ad:
         if sp.issparse(v):
             kind = "csc" if isinstance(v, sp.csc_matrix) else "csr"
             if not isinstance(node, h5py.Group):
-                raise RefError(f"{path}: sparse in anndata but not a group in the file")
+                raise RefError(f"{path}: sparse in the model but not a group in the file")
             data, indices, indptr = (node[k][()] for k in ("data", "indices", "indptr"))
             validate_sparse(path, kind, v.shape, data, indices, indptr)
             check(numbers_equal(data, v.data) and numbers_equal(indices, v.indices)
@@ -560,7 +968,7 @@ class H5ad:
             return
         if isinstance(s.array, (pd.arrays.IntegerArray, pd.arrays.BooleanArray)):
             if not isinstance(node, h5py.Group):
-                raise RefError(f"{path}: nullable in anndata but not a group in the file")
+                raise RefError(f"{path}: nullable in the model but not a group in the file")
             values, _ = read_node(node["values"])
             mask = read_node(node["mask"])[0] if "mask" in node else None
             arr = s.array
@@ -593,7 +1001,7 @@ class H5ad:
             index_node = Field(node, index_key)
             col_node = lambda c: Field(node, c)  # noqa: E731
         else:
-            raise RefError(f"{path}: dataframe in anndata but not a group/compound in the file")
+            raise RefError(f"{path}: dataframe in the model but not a group/compound in the file")
         self.d.add(path, e_dataframe(df.columns, df.index.name, index_key, len(df)))
         arr, fdt = read_node(index_node)
         vals = decode_all(arr)
@@ -641,6 +1049,8 @@ class H5ad:
         if a.X is not None:
             self.matrix("X", a.X, self.node("X"), True)
         for k in a.layers.keys():
+            if k is None:
+                continue  # newer anndata (0.13) lists X itself as layers[None]
             self.matrix(f"layers/{k}", a.layers[k], self.node(f"layers/{k}"), True)
         self.dataframe("obs", a.obs, self.node("obs"), True)
         self.dataframe("var", a.var, self.node("var"), False)
@@ -855,7 +1265,9 @@ def detect(f):
     raise RefError("not a single-cell HDF5 file (no h5ad, loom or 10x layout)")
 
 
-def dump(path, rows=None, genome=None):
+def dump(path, rows=None, genome=None, reader="h5py"):
+    """The reference for one file; reader "anndata" has anndata read an h5ad file
+    rather than model_h5py (loom and 10x files are read the same way either way)."""
     try:
         f = h5py.File(path, "r")
     except Exception as exc:  # noqa: BLE001
@@ -864,7 +1276,8 @@ def dump(path, rows=None, genome=None):
         fmt = detect(f)
         try:
             if fmt == "h5ad":
-                dumper = H5ad(path, f)
+                model = model_anndata(path) if reader == "anndata" else model_h5py(f)
+                dumper = H5ad(path, f, model)
             elif fmt == "loom":
                 dumper = Loom(path, f)
             else:
@@ -874,6 +1287,8 @@ def dump(path, rows=None, genome=None):
             raise
         except Exception as exc:  # noqa: BLE001
             raise RefError(f"{type(exc).__name__}: {one_line(exc)}")
+        if rows == "test":
+            rows = test_rows(out["n_obs"]) or None
         if rows is not None:
             n = out["n_obs"]
             bad = [r for r in rows if not 0 <= r < n]
@@ -883,14 +1298,76 @@ def dump(path, rows=None, genome=None):
     return out
 
 
+def test_rows(n):
+    """The rows tests/test_source.c gathers from a file of n cells (its rows_for): a run of
+    neighbours, every step-th row and the last."""
+    step = n // 600 if n // 600 > 3 else 3
+    return [r for r in range(n) if r % step == 0 or r == n - 1 or 7 < r < 12]
+
+
+def differences(a, b, where="", out=None, limit=20):
+    """Where two JSON values differ, as 'path: this vs that' lines (at most limit)."""
+    out = [] if out is None else out
+    if len(out) >= limit:
+        return out
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(dict.fromkeys(list(a) + list(b))):
+            if k not in a or k not in b:
+                out.append(f"{where}/{k}: only in the {'h5py' if k in a else 'anndata'} reading")
+            elif a[k] != b[k]:
+                differences(a[k], b[k], f"{where}/{k}", out, limit)
+            if len(out) >= limit:
+                break
+    elif a != b:
+        out.append(f"{where}: h5py {json.dumps(a)[:200]} vs anndata {json.dumps(b)[:200]}")
+    return out
+
+
+def agree_with_anndata(files):
+    """For each h5ad file, whether the dump from model_h5py equals the dump from anndata's
+    own read_h5ad (whole, and the rows tests/test_source.c gathers): one JSON line each,
+    after a first line naming the anndata version, or saying why there is none."""
+    import optional_modules  # tests/source/optional_modules.py
+    status = optional_modules.missing("anndata", "python3-anndata")
+    if status is not None:
+        kind, reason = status
+        print(json.dumps({kind: reason}, ensure_ascii=False))
+        return 0 if kind == "skip" else 2
+    import anndata
+    print(json.dumps({"anndata": anndata.__version__}))
+    for path in files:
+        outs = {}
+        for reader in ("h5py", "anndata"):
+            try:
+                outs[reader] = dump(path, "test", reader=reader)
+            except RefError as exc:
+                outs[reader] = {"error": str(exc)}
+        h, a = outs["h5py"], outs["anndata"]
+        result = {"file": path}
+        if "error" in h or "error" in a:
+            # Both refusing a file is agreement; the reasons are worded differently.
+            result.update(agree=("error" in h) == ("error" in a), h5py_error=h.get("error"),
+                          anndata_error=a.get("error"))
+        else:
+            result.update(agree=h == a, differences=differences(h, a))
+        print(json.dumps(result, ensure_ascii=False), flush=True)
+    return 0
+
+
 def main(argv):
     import argparse
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("file")
+    p.add_argument("file", nargs="+")
     p.add_argument("--rows", help="comma-separated 0-based cell positions")
     p.add_argument("--genome", help="10x v2: the genome group (default: first in name order)")
     p.add_argument("--pretty", action="store_true", help="indent the JSON")
+    p.add_argument("--agree-with-anndata", action="store_true",
+                   help="check that the h5py and the anndata readings of each h5ad file agree")
     args = p.parse_args(argv)
+    if args.agree_with_anndata:
+        return agree_with_anndata(args.file)
+    if len(args.file) != 1:
+        p.error("one FILE (several only with --agree-with-anndata)")
     rows = None
     if args.rows is not None:
         try:
@@ -899,7 +1376,7 @@ def main(argv):
             print(json.dumps({"error": "--rows takes comma-separated integers"}))
             return 2
     try:
-        out = dump(args.file, rows, args.genome)
+        out = dump(args.file[0], rows, args.genome)
     except RefError as exc:
         print(json.dumps({"error": str(exc)}, ensure_ascii=False))
         return 2

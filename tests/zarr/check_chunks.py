@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Reads the Zarr stores tests/test_zarr.c wrote and says, as one JSON object
-on stdout, what zarr-python 2.13 / numcodecs 0.11 / anndata 0.8 make of them.
+on stdout, what zarr-python (2.13 or 3), numcodecs and anndata make of them.
 
-    /usr/bin/python3 tests/zarr/check_chunks.py DIRECTORY
+    /usr/bin/python3 tests/zarr/check_chunks.py DIRECTORY [--part arrays|anndata]
 
 DIRECTORY/manifest.json lists the arrays the C test wrote:
     {"arrays": [{"path": "store/X", "shape": [7, 5], "chunks": [3, 2],
@@ -12,16 +12,26 @@ DIRECTORY/manifest.json lists the arrays the C test wrote:
 Array values are raw little-endian C-order bytes, or a JSON list of strings
 for vlen arrays, or a JSON string for "<U" scalars.
 
-For each array the report says
-- "read": whether zarr.open_array reads back exactly the values (numcodecs
-  decodes every chunk);
-- "identical": whether zarr-python, writing the same values with the same
-  shape, chunks, dtype, fill value, compressor and filters into a fresh
+The report has "zarr" (the installed zarr-python's version), "reference"
+(what wrote the reference files) and, per part asked for (both by default):
+
+For each array ("arrays")
+- "read": whether the installed zarr-python's open_array reads back exactly
+  the values (numcodecs decodes every chunk);
+- "identical": whether zarr-python 2.13, writing the same values with the
+  same shape, chunks, dtype, fill value, compressor and filters into a fresh
   store, writes byte for byte the same files (.zarray and every chunk), with
-  blosc's use_threads off as numcodecs' blosc_compress_ctx path;
-- "different": the file names that differ, and "error" on an exception.
-For each AnnData store: whether anndata.read_zarr reads the expected X,
-obs/var names and columns and uns values.
+  blosc's use_threads off as numcodecs' blosc_compress_ctx path. Where
+  zarr-python 2 is installed it writes them itself; with zarr-python 3 the
+  files come from zarr2compat.py, which reproduces zarr 2.13's writing
+  (zarr 3 writes v2 metadata its own way);
+- "different": the file names that differ, "error" on an exception, and
+  (with zarr-python 2) "reproduction_differs": the files zarr2compat.py
+  writes otherwise than zarr 2 itself, which must be none.
+For each AnnData store ("anndata"): whether anndata.read_zarr reads the
+expected X, obs/var names and columns and uns values. Where anndata is not
+installed, "anndata" is absent and "anndata_skip" (the release does not
+package it) or "anndata_fail" (it does, but it is not installed) says why.
 """
 import json
 import os
@@ -32,7 +42,14 @@ import numpy as np
 import zarr
 from numcodecs import Blosc, VLenUTF8, Zstd, blosc
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.append(os.path.join(os.path.dirname(HERE), 'source'))
+import zarr2compat  # noqa: E402
+import optional_modules  # noqa: E402 (tests/source/optional_modules.py)
+
 blosc.use_threads = False
+ZARR2 = int(zarr.__version__.split('.')[0]) == 2
 
 
 def codec_of(text):
@@ -71,35 +88,63 @@ def store_files(path):
     return files
 
 
+def zarr2_files(entry, values):
+    """The files zarr-python 2 itself writes for the entry (zarr 2 only)."""
+    store = zarr.MemoryStore()
+    kwargs = dict(shape=tuple(entry['shape']), chunks=tuple(entry['chunks']) or True,
+                  dtype=object if entry['vlen'] else entry['dtype'],
+                  compressor=codec_of(entry['codec']), fill_value=entry['fill'],
+                  store=store)
+    if entry['vlen']:
+        kwargs['object_codec'] = VLenUTF8()
+    ref = zarr.create(**kwargs)
+    ref[...] = values
+    return {k: bytes(v) for k, v in store.items()}
+
+
+def reproduced_files(entry, values):
+    """The files zarr2compat.py says zarr 2.13 writes for the entry."""
+    return zarr2compat.array_files(values, entry['chunks'], codec_of(entry['codec']),
+                                   entry['fill'], VLenUTF8() if entry['vlen'] else None)
+
+
+def differing(a, b):
+    return [n for n in sorted(set(a) | set(b)) if a.get(n) != b.get(n)]
+
+
+def read_back(path):
+    """(the array's dtype as its metadata says, its values as a numpy array). zarr 3.4
+    gives a 0-d array's value as a numpy scalar (np.str_('') has dtype <U0), so the dtype
+    is the array's, not the value's."""
+    if ZARR2:
+        z = zarr.open_array(path, mode='r')
+    else:
+        z = zarr.open_array(store=path, mode='r', zarr_format=2)
+    return np.dtype(z.dtype), np.asarray(z[...])
+
+
 def check_array(directory, entry):
     result = {'path': entry['path'], 'read': False, 'identical': False, 'different': []}
     try:
         values = load_values(directory, entry)
         path = os.path.join(directory, entry['path'])
-        z = zarr.open_array(path, mode='r')
-        got = z[...]
+        dtype, got = read_back(path)
         if entry['vlen']:
             result['read'] = got.shape == values.shape and all(
                 a == b for a, b in zip(got.ravel().tolist(), values.ravel().tolist()))
         else:
-            result['read'] = (got.dtype == values.dtype and got.shape == values.shape and
-                              got.tobytes() == values.tobytes())
-        store = zarr.MemoryStore()
-        kwargs = dict(shape=tuple(entry['shape']), chunks=tuple(entry['chunks']) or True,
-                      dtype=object if entry['vlen'] else entry['dtype'],
-                      compressor=codec_of(entry['codec']), fill_value=entry['fill'],
-                      store=store)
-        if entry['vlen']:
-            kwargs['object_codec'] = VLenUTF8()
-        ref = zarr.create(**kwargs)
-        ref[...] = values
-        theirs = {k: bytes(v) for k, v in store.items()}
+            result['read'] = (dtype == values.dtype and got.shape == values.shape and
+                              got.astype(dtype).tobytes() == values.tobytes())
+        theirs = reproduced_files(entry, values)
+        if ZARR2:
+            written = zarr2_files(entry, values)
+            result['reproduction_differs'] = differing(written, theirs)
+            theirs = written
         ours = store_files(path)
         ours.pop('.zattrs', None)
-        names = sorted(set(theirs) | set(ours))
-        result['different'] = [n for n in names if theirs.get(n) != ours.get(n)]
+        result['different'] = differing(theirs, ours)
         result['identical'] = not result['different']
-        result['files'] = len(names)
+        result['files'] = len(set(theirs) | set(ours))
     except Exception:
         result['error'] = traceback.format_exc()
     return result
@@ -139,12 +184,25 @@ def check_anndata(directory, entry):
 
 def main():
     directory = sys.argv[1]
+    parts = ('arrays', 'anndata')
+    if len(sys.argv) == 4 and sys.argv[2] == '--part' and sys.argv[3] in parts:
+        parts = (sys.argv[3],)
+    elif len(sys.argv) != 2:
+        sys.exit('usage: check_chunks.py DIRECTORY [--part arrays|anndata]')
     with open(os.path.join(directory, 'manifest.json'), encoding='utf-8') as f:
         manifest = json.load(f)
-    report = {
-        'arrays': [check_array(directory, e) for e in manifest.get('arrays', [])],
-        'anndata': [check_anndata(directory, e) for e in manifest.get('anndata', [])],
-    }
+    report = {'zarr': zarr.__version__,
+              'reference': 'zarr-python %s' % zarr.__version__ if ZARR2 else
+              'zarr 2.13 as tests/zarr/zarr2compat.py reproduces it (zarr-python %s is '
+              'installed)' % zarr.__version__}
+    if 'arrays' in parts:
+        report['arrays'] = [check_array(directory, e) for e in manifest.get('arrays', [])]
+    if 'anndata' in parts:
+        status = optional_modules.missing('anndata', 'python3-anndata')
+        if status is None:
+            report['anndata'] = [check_anndata(directory, e) for e in manifest.get('anndata', [])]
+        else:
+            report['anndata_' + status[0]] = status[1]
     json.dump(report, sys.stdout)
 
 

@@ -42,16 +42,6 @@ typedef struct expected_utf32 {
     const char *bytes;
 } expected_utf32;
 
-typedef struct expected_codec {
-    const char *codec;
-    const char *kind; /* gen_values */
-    size_t count;
-    uint64_t seed;
-    size_t typesize;
-    size_t size;      /* numcodecs' encoded length */
-    uint64_t fnv1a64; /* and its FNV-1a 64 */
-} expected_codec;
-
 static const expected_document expected_documents[] = {
     {"anndata /.zattrs",
      "{\"encoding-type\":\"anndata\",\"encoding-version\":\"0.1.0\"}",
@@ -1143,89 +1133,6 @@ static const expected_utf32 expected_utf32s[] = {
         "x\000\000\000x\000\000\000x\000\000\000x\000\000\000x\000\000\000x\000\000\000x\000\000"
         "\000x\000\000\000x\000\000\000x\000\000\000x\000\000\000x\000\000\000x\000\000\000x\000"
         "\000\000x\000\000\000x\000\000\000x\000\000\000x\000\000\000x\000\000\000"},
-};
-
-static const expected_codec expected_codecs[] = {
-    {"blosc:zstd:1", "counts_f4", 30000, 1, 4, 13193, UINT64_C(0xe9f90417c8761110)},
-    {"blosc:lz4:5", "counts_f4", 30000, 1, 4, 28000, UINT64_C(0x9706c09f8c9ee39f)},
-    {"blosc:lz4hc:9", "counts_f4", 30000, 1, 4, 15387, UINT64_C(0xabe1941d3ca23dcf)},
-    {"blosc:blosclz:5", "counts_f4", 30000, 1, 4, 23495, UINT64_C(0xd879148051fc06d3)},
-    {"blosc:zlib:1", "counts_f4", 30000, 1, 4, 14905, UINT64_C(0x3ebc8304ae3c399b)},
-    {"blosc:zstd:0", "counts_f4", 30000, 1, 4, 120016, UINT64_C(0x46e25927943594e9)},
-    {"blosc:zstd:9", "counts_f4", 30000, 1, 4, 9664, UINT64_C(0xa1e262397f8318e4)},
-    {"zstd:1", "counts_f4", 30000, 1, 4, 10902, UINT64_C(0x0164d7a5b7543008)},
-    {"zstd:3", "counts_f4", 30000, 1, 4, 10620, UINT64_C(0x155ac2c0e122ef4c)},
-    {"zstd:22", "counts_f4", 30000, 1, 4, 7279, UINT64_C(0x5901f28053595370)},
-    {"blosc:zstd:1", "indices_i4", 30000, 2, 4, 30707, UINT64_C(0xaf1ed9ecac530786)},
-    {"blosc:lz4:5", "indices_i4", 30000, 2, 4, 32084, UINT64_C(0xe1c0b03f43c15785)},
-    {"blosc:lz4hc:9", "indices_i4", 30000, 2, 4, 29022, UINT64_C(0x80b8ae58c1883bc2)},
-    {"blosc:blosclz:5", "indices_i4", 30000, 2, 4, 32454, UINT64_C(0x8026bff7e69c7f32)},
-    {"blosc:zlib:1", "indices_i4", 30000, 2, 4, 23738, UINT64_C(0x4b7b424c1a830f76)},
-    {"blosc:zstd:0", "indices_i4", 30000, 2, 4, 120016, UINT64_C(0x08245959ff29eeb8)},
-    {"blosc:zstd:9", "indices_i4", 30000, 2, 4, 21805, UINT64_C(0xb7d4a0e14d5acc6d)},
-    {"zstd:1", "indices_i4", 30000, 2, 4, 65791, UINT64_C(0x7e302c930c502f4c)},
-    {"zstd:3", "indices_i4", 30000, 2, 4, 65801, UINT64_C(0x18dd4e5a8dc402e8)},
-    {"zstd:22", "indices_i4", 30000, 2, 4, 31853, UINT64_C(0x5978e12a7e15458a)},
-    {"blosc:zstd:1", "real_f8", 9000, 3, 8, 28017, UINT64_C(0x9671dced0b94a678)},
-    {"blosc:lz4:5", "real_f8", 9000, 3, 8, 32568, UINT64_C(0x05ffc12a343605cd)},
-    {"blosc:lz4hc:9", "real_f8", 9000, 3, 8, 29714, UINT64_C(0xf3c19506ec3aaa07)},
-    {"blosc:blosclz:5", "real_f8", 9000, 3, 8, 31751, UINT64_C(0xf1fec8196ee314fe)},
-    {"blosc:zlib:1", "real_f8", 9000, 3, 8, 25348, UINT64_C(0x3c386c3155573370)},
-    {"blosc:zstd:0", "real_f8", 9000, 3, 8, 72016, UINT64_C(0x6986a1acf45f8d2e)},
-    {"blosc:zstd:9", "real_f8", 9000, 3, 8, 25655, UINT64_C(0xfa1939cc74c19faf)},
-    {"zstd:1", "real_f8", 9000, 3, 8, 31290, UINT64_C(0xde03c914f4770682)},
-    {"zstd:3", "real_f8", 9000, 3, 8, 32505, UINT64_C(0x25eda7a7b1b9aef2)},
-    {"zstd:22", "real_f8", 9000, 3, 8, 30879, UINT64_C(0x8ea43e7ca2e07387)},
-    {"blosc:zstd:1", "codes_i1", 5000, 4, 1, 1635, UINT64_C(0x2e5492f5d4fd0f1a)},
-    {"blosc:lz4:5", "codes_i1", 5000, 4, 1, 3658, UINT64_C(0xc044ec9f6bbb3ccf)},
-    {"blosc:lz4hc:9", "codes_i1", 5000, 4, 1, 2785, UINT64_C(0xae9564fa01583add)},
-    {"blosc:blosclz:5", "codes_i1", 5000, 4, 1, 3589, UINT64_C(0x4f88da3c0d1cc21c)},
-    {"blosc:zlib:1", "codes_i1", 5000, 4, 1, 1738, UINT64_C(0xa1a2930a27282e97)},
-    {"blosc:zstd:0", "codes_i1", 5000, 4, 1, 5016, UINT64_C(0x13dd5d4d3b3127d0)},
-    {"blosc:zstd:9", "codes_i1", 5000, 4, 1, 1317, UINT64_C(0xb4933aa78d1e4512)},
-    {"zstd:1", "codes_i1", 5000, 4, 1, 1611, UINT64_C(0xb369f4b686b6149b)},
-    {"zstd:3", "codes_i1", 5000, 4, 1, 1684, UINT64_C(0x9bd2a6c1e45f3357)},
-    {"zstd:22", "codes_i1", 5000, 4, 1, 1293, UINT64_C(0x64bb110035117443)},
-    {"blosc:zstd:1", "bytes_u1", 70000, 5, 1, 70016, UINT64_C(0x86bfc00b83693e75)},
-    {"blosc:lz4:5", "bytes_u1", 70000, 5, 1, 70016, UINT64_C(0xc4a51c49413f9cc5)},
-    {"blosc:lz4hc:9", "bytes_u1", 70000, 5, 1, 70016, UINT64_C(0xc4a51c49413f9cc5)},
-    {"blosc:blosclz:5", "bytes_u1", 70000, 5, 1, 70016, UINT64_C(0xdaee686039d63fe5)},
-    {"blosc:zlib:1", "bytes_u1", 70000, 5, 1, 70016, UINT64_C(0x320fb1f9c9645105)},
-    {"blosc:zstd:0", "bytes_u1", 70000, 5, 1, 70016, UINT64_C(0x86bfc00b83693e75)},
-    {"blosc:zstd:9", "bytes_u1", 70000, 5, 1, 70016, UINT64_C(0x86bfc00b83693e75)},
-    {"zstd:1", "bytes_u1", 70000, 5, 1, 70012, UINT64_C(0xc515ea0a31830063)},
-    {"zstd:3", "bytes_u1", 70000, 5, 1, 70012, UINT64_C(0xc515ea0a31830063)},
-    {"zstd:22", "bytes_u1", 70000, 5, 1, 70012, UINT64_C(0xc515ea0a31830063)},
-    {"blosc:zstd:1", "int_i8", 7, 6, 8, 72, UINT64_C(0x3b6c69625091854d)},
-    {"blosc:lz4:5", "int_i8", 7, 6, 8, 72, UINT64_C(0x6589b6885d1fb72d)},
-    {"blosc:lz4hc:9", "int_i8", 7, 6, 8, 72, UINT64_C(0x6589b6885d1fb72d)},
-    {"blosc:blosclz:5", "int_i8", 7, 6, 8, 72, UINT64_C(0x0543cc4e101daccd)},
-    {"blosc:zlib:1", "int_i8", 7, 6, 8, 72, UINT64_C(0x4a284caf050c936d)},
-    {"blosc:zstd:0", "int_i8", 7, 6, 8, 72, UINT64_C(0x3b6c69625091854d)},
-    {"blosc:zstd:9", "int_i8", 7, 6, 8, 72, UINT64_C(0x3b6c69625091854d)},
-    {"zstd:1", "int_i8", 7, 6, 8, 65, UINT64_C(0x38f2de973f911092)},
-    {"zstd:3", "int_i8", 7, 6, 8, 61, UINT64_C(0x4fc806b0bda23fee)},
-    {"zstd:22", "int_i8", 7, 6, 8, 55, UINT64_C(0x64e81d63f7deb9c3)},
-    {"blosc:zstd:1", "counts_f4", 0, 7, 4, 16, UINT64_C(0x087847257565918a)},
-    {"blosc:lz4:5", "counts_f4", 0, 7, 4, 16, UINT64_C(0xef68c90ce22a292a)},
-    {"blosc:lz4hc:9", "counts_f4", 0, 7, 4, 16, UINT64_C(0xef68c90ce22a292a)},
-    {"blosc:blosclz:5", "counts_f4", 0, 7, 4, 16, UINT64_C(0xc138af11cc693e0a)},
-    {"blosc:zlib:1", "counts_f4", 0, 7, 4, 16, UINT64_C(0x4bc8fd030dabff6a)},
-    {"blosc:zstd:0", "counts_f4", 0, 7, 4, 16, UINT64_C(0x087847257565918a)},
-    {"blosc:zstd:9", "counts_f4", 0, 7, 4, 16, UINT64_C(0x087847257565918a)},
-    {"zstd:1", "counts_f4", 0, 7, 4, 9, UINT64_C(0x608d6184a88329b1)},
-    {"zstd:3", "counts_f4", 0, 7, 4, 9, UINT64_C(0x608d6184a88329b1)},
-    {"zstd:22", "counts_f4", 0, 7, 4, 9, UINT64_C(0x608d6184a88329b1)},
-    {"blosc:zstd:1", "counts_f4", 1, 8, 4, 20, UINT64_C(0xe7bc492e588aeabf)},
-    {"blosc:lz4:5", "counts_f4", 1, 8, 4, 20, UINT64_C(0xe7139dc6775e4c5f)},
-    {"blosc:lz4hc:9", "counts_f4", 1, 8, 4, 20, UINT64_C(0xe7139dc6775e4c5f)},
-    {"blosc:blosclz:5", "counts_f4", 1, 8, 4, 20, UINT64_C(0xe73559a80acd9f3f)},
-    {"blosc:zlib:1", "counts_f4", 1, 8, 4, 20, UINT64_C(0xe6d02603507fa69f)},
-    {"blosc:zstd:0", "counts_f4", 1, 8, 4, 20, UINT64_C(0xe7bc492e588aeabf)},
-    {"blosc:zstd:9", "counts_f4", 1, 8, 4, 20, UINT64_C(0xe7bc492e588aeabf)},
-    {"zstd:1", "counts_f4", 1, 8, 4, 13, UINT64_C(0x7d1f29baeb4acc1d)},
-    {"zstd:3", "counts_f4", 1, 8, 4, 13, UINT64_C(0x7d1f29baeb4acc1d)},
-    {"zstd:22", "counts_f4", 1, 8, 4, 13, UINT64_C(0x7d1f29baeb4acc1d)},
 };
 
 #endif
