@@ -531,17 +531,32 @@ def erofs_battery(mount, label):
           read_all(p("README")) == FILES["README"] and sorted(os.listdir(p())) == ROOT_NAMES)
 
 
+def remount_as(point, mode):
+    """mount -i -o remount,MODE POINT, through mount(2).
+
+    util-linux 2.39 and later (Debian 13 has 2.41) remount with the new mount
+    API (fspick, then fsconfig for every superblock option /proc/self/mountinfo
+    lists: user_id, group_id, max_read); the kernel's FUSE refuses any option
+    given that way on a reconfigure ("fuse: No changes allowed in reconfigure",
+    fs/fuse/inode.c fuse_parse_param) while it ignores the same options passed
+    to mount(2) with MS_REMOUNT. LIBMOUNT_FORCE_MOUNT2=always asks libmount
+    for mount(2); util-linux 2.38 (Debian 12) uses mount(2) anyway. Only the
+    ro/rw flag changes either way: the daemon is not involved."""
+    return subprocess.run(["mount", "-i", "-o", f"remount,{mode}", point], capture_output=True, text=True,
+                          timeout=WAIT_SECONDS, env=dict(os.environ, LIBMOUNT_FORCE_MOUNT2="always"))
+
+
 def test_read_only():
     mount = Mount("-d")
     if not check("mounts", mount.mounted, mount.log()):
         return
     erofs_battery(mount, "kernel, ro mount")
     # A remount rw lets the requests through to the daemon's own handlers.
-    remount = subprocess.run(["mount", "-i", "-o", "remount,rw", mount.path()], capture_output=True, text=True,
-                             timeout=WAIT_SECONDS)
+    remount = remount_as(mount.path(), "rw")
     if check("remount rw (to reach the handlers)", remount.returncode == 0, remount.stderr):
         erofs_battery(mount, "daemon handlers")
-        subprocess.run(["mount", "-i", "-o", "remount,ro", mount.path()], capture_output=True, timeout=WAIT_SECONDS)
+        back = remount_as(mount.path(), "ro")
+        check("remount ro again", back.returncode == 0, back.stderr)
         log = mount.log()
         handled = ["create", "mkdir", "unlink", "rmdir", "rename", "link", "symlink", "setattr", "setxattr",
                    "removexattr", "mknod"]

@@ -39,7 +39,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from live_mount import (PARENT, SANITIZED, SOURCE, SOURCE_CELLS, Mount, check, check_open_files,  # noqa: E402
-                        error_of, mount_options, mounted_points, report)
+                        error_of, mount_options, mounted_points, remount_as, report)
 
 NOBODY = 65534
 OWNER, GROUP, MEMBER = 1234, 5678, 4321  # the private source's owner, group and a member of it
@@ -221,12 +221,13 @@ def check_read_only():
         before = snapshot(mount)
         count = erofs_battery(mount, "kernel")
         check("EROFS (kernel): nothing changed", snapshot(mount) == before)
-        done = subprocess.run(["mount", "-i", "-o", "remount,rw", mount.point], capture_output=True, text=True)
+        done = remount_as(mount.point, "rw")
         if check("remount rw (so that the daemon's handlers answer)", done.returncode == 0, done.stderr):
             try:
                 count += erofs_battery(mount, "daemon")
             finally:
-                subprocess.run(["mount", "-i", "-o", "remount,ro", mount.point], capture_output=True)
+                back = remount_as(mount.point, "ro")
+                check("remount ro again", back.returncode == 0, back.stderr)
             log = mount.log().decode(errors="replace")
             handled = ["create", "mkdir", "unlink", "rmdir", "rename", "link", "symlink", "setattr", "setxattr",
                        "removexattr", "mknod", "write", "fallocate", "copy_file_range"]

@@ -7,6 +7,10 @@ A view's reference is what anndata reads from the source, subset to the
 view's cells in its order (anndata.read_h5ad(SOURCE)[order]); order comes
 from `zarrmount select` (and B0 from `zarrmount inspect --json`). loom and 10x
 sources are read as docs/sources.md presents them.
+
+Where anndata is not installed (Debian 13 packages none), the sources are read
+with h5py and the views with zarr-python, by readers.py under anndata 0.8's
+rules; own=True asks for those readers where anndata is installed too.
 """
 import json
 import math
@@ -19,12 +23,13 @@ import pandas as pd
 import scipy.sparse as sp
 
 warnings.simplefilter("ignore")
-import anndata  # noqa: E402
 import h5py  # noqa: E402
 
 import sys as _sys
+_sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 _sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "source"))
 import h5zstd  # noqa: E402  (zstd-filtered fixtures: Debian has no zstd HDF5 plugin)
+import readers  # noqa: E402
 
 h5zstd.register()
 
@@ -95,7 +100,7 @@ def _strings(ds):
     return np.array([v.decode() if isinstance(v, bytes) else str(v) for v in np.ravel(values)], dtype=object)
 
 
-def read_10x(path):
+def read_10x(path, own=False):
     with h5py.File(path, "r") as f:
         group = "matrix" if "matrix" in f else sorted(k for k in f if isinstance(f[k], h5py.Group) and "genes" in f[k])[0]
         g = f[group]
@@ -125,7 +130,7 @@ def read_10x(path):
         else:
             var = pd.DataFrame(index=pd.Index(_strings(g["gene_names"])))
             var["gene_ids"] = _strings(g["genes"])
-    return anndata.AnnData(X=X, obs=obs, var=var, dtype=X.dtype)
+    return readers.make(X=X, obs=obs, var=var, dtype=X.dtype, own=own)
 
 
 def _loom_attrs(group, n, index_key):
@@ -161,7 +166,7 @@ def _loom_graph(group, n):
     return m
 
 
-def read_loom(path):
+def read_loom(path, own=False):
     """As docs/sources.md says zarrmount presents a loom file."""
     with h5py.File(path, "r") as f:
         X = f["matrix"][()].T
@@ -171,18 +176,27 @@ def read_loom(path):
         layers = {k: f["layers"][k][()].T for k in (f["layers"] if "layers" in f else [])}
         obsp = {k: _loom_graph(f["col_graphs"][k], n_obs) for k in (f["col_graphs"] if "col_graphs" in f else [])}
         varp = {k: _loom_graph(f["row_graphs"][k], n_vars) for k in (f["row_graphs"] if "row_graphs" in f else [])}
-    return anndata.AnnData(X=X, obs=obs, var=var, obsm=obsm, varm=varm, layers=layers, obsp=obsp,
-                           varp=varp, dtype=X.dtype)
+    return readers.make(X=X, obs=obs, var=var, obsm=obsm, varm=varm, layers=layers, obsp=obsp,
+                        varp=varp, dtype=X.dtype, own=own)
 
 
-def reference(path):
+def reference(path, own=False):
+    """The source as anndata reads it (own, or no anndata: as readers.py does)."""
     if path.endswith(".h5ad"):
-        return anndata.read_h5ad(path)
+        return readers.read_h5ad(path) if own or not readers.have_anndata() else readers.anndata.read_h5ad(path)
     if path.endswith(".h5"):
-        return read_10x(path)
+        return read_10x(path, own)
     if path.endswith(".loom"):
-        return read_loom(path)
+        return read_loom(path, own)
     raise NotImplementedError(path)
+
+
+def read_view(store, own=False):
+    """A view (or any AnnData Zarr store) as anndata.read_zarr reads it (own,
+    or no anndata: as readers.py does with zarr-python)."""
+    if own or not readers.have_anndata():
+        return readers.read_zarr(store)
+    return readers.anndata.read_zarr(store)
 
 
 # ---- comparison ------------------------------------------------------------------------
@@ -305,8 +319,13 @@ def check_view(store, ref, order, method, nobs):
     # the same in every view); anndata's subsetting drops the categories no
     # kept cell uses (and their colors in uns). Compare as anndata would
     # present both: subset each, which prunes both the same way.
-    want = ref[np.asarray(order, dtype=np.int64)].copy()
-    got = got[np.arange(got.n_obs)].copy()
+    want = readers.subset(ref, order)
+    got = readers.subset(got, np.arange(got.n_obs))
+    compare(got, want)
+
+
+def compare(got, want):
+    """Raises Differ where two AnnData (or readers.Data) objects differ."""
     same(got.X, want.X, "/X")
     for part in ("obs", "var"):
         same(getattr(got, part), getattr(want, part), f"/{part}")

@@ -19,8 +19,9 @@ manifest.json lists the cases:
 
 Deterministic: fixed seeds, track_times off; paths inside the files are the
 absolute paths of the output directory (so two runs into the same directory
-write the same bytes). Run with Debian's /usr/bin/python3 (h5py 3.7 on Debian 12, 3.13 on
-Debian 13); the base files are written in anndata 0.8's layout by h5ad_writer.py.
+write the same bytes). Run with Debian's /usr/bin/python3 (h5py 3.7 or
+later; no anndata needed: the base file is written with h5py in anndata
+0.8's layout by tests/integration/h5ad_writer.py).
     /usr/bin/python3 tests/source/make_outside_sources.py DIR
 """
 
@@ -36,10 +37,9 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import h5ad_writer  # noqa: E402 (tests/source/h5ad_writer.py)
-
 warnings.simplefilter("ignore")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import h5ad_writer  # noqa: E402
 
 N_OBS, N_VARS = 40, 12
 # Chunks of the files' own arrays stay unchunked (anndata's default for dense
@@ -64,8 +64,8 @@ def write_secret(out, name, size):
     return path
 
 
-def base_anndata(sparse_x):
-    """The base AnnData object's elements, as write_h5ad's keyword arguments."""
+def base_parts(sparse_x):
+    """The parts of the base AnnData (h5ad_writer.write_h5ad's arguments)."""
     rng = np.random.default_rng(20241217)
     counts = rng.poisson(0.7, size=(N_OBS, N_VARS)).astype(np.float32)
     x = sp.csr_matrix(counts) if sparse_x else counts
@@ -78,13 +78,12 @@ def base_anndata(sparse_x):
                        index=[f"gene{j:02d}" for j in range(N_VARS)])
     obsm = {"X_umap": rng.normal(size=(N_OBS, 2)).astype(np.float32),
             "X_pca": rng.normal(size=(N_OBS, 5)).astype(np.float32)}
-    return dict(X=x, obs=obs, var=var, obsm=obsm, layers={"counts": counts.astype(np.int32)},
-                uns={"note": "confinement fixture"})
+    return {"X": x, "obs": obs, "var": var, "obsm": obsm, "layers": {"counts": counts.astype(np.int32)},
+            "uns": {"note": "confinement fixture"}}
 
 
 def write_base(path, sparse_x):
-    # anndata 0.8's layout, written with h5py (Debian 13 has no anndata).
-    h5ad_writer.write_h5ad(path, **base_anndata(sparse_x))
+    h5ad_writer.write_h5ad(path, **base_parts(sparse_x))
 
 
 def attrs_of(obj):

@@ -116,13 +116,16 @@ def make_source(path, cells, genes=200, seed=20240607):
     """A deterministic .h5ad with every kind of per-cell element a view walks:
     CSR X and layers (deflated, in chunks), a CSC layer (cells as columns),
     obsp (cells both ways), raw, categorical / string / boolean / numeric obs
-    columns, obsm embeddings, and a string uns scalar."""
+    columns, obsm embeddings, and a string uns scalar. Written with h5py in
+    anndata 0.8's layout (tests/integration/h5ad_writer.py), so that no
+    anndata is needed (Debian 13 packages none)."""
     import warnings
     warnings.simplefilter("ignore")
     import numpy as np
     import pandas as pd
     import scipy.sparse as sp
-    import anndata as ad
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+    import h5ad_writer
 
     r = np.random.default_rng(seed)
     X = sp.random(cells, genes, density=0.08, format="csr", dtype=np.float32, random_state=seed)
@@ -137,19 +140,16 @@ def make_source(path, cells, genes=200, seed=20240607):
         "label": [f"cell-{i:06d}-{'x' * (i % 7)}" for i in range(cells)],
     }, index=[f"c{i:06d}" for i in range(cells)])
     var = pd.DataFrame({"mean": np.asarray(X.mean(0)).ravel()}, index=[f"g{j:04d}" for j in range(genes)])
-    a = ad.AnnData(X=X, obs=obs, var=var)
-    a.obsm["X_umap"] = r.normal(size=(cells, 2)).astype(np.float32)
-    a.obsm["X_pca"] = r.normal(size=(cells, 10)).astype(np.float32)
-    a.layers["counts"] = X.astype(np.int32)
-    a.layers["csc"] = sp.csc_matrix(X)
+    obsm = {"X_umap": r.normal(size=(cells, 2)).astype(np.float32),
+            "X_pca": r.normal(size=(cells, 10)).astype(np.float32)}
+    layers = {"counts": X.astype(np.int32), "csc": sp.csc_matrix(X)}
     k = 6
     rows = np.repeat(np.arange(cells), k)
     cols = r.integers(0, cells, cells * k)
-    a.obsp["connectivities"] = sp.csr_matrix(
-        (r.random(cells * k).astype(np.float32), (rows, cols)), shape=(cells, cells))
-    a.raw = a
-    a.uns["note"] = "stress"
-    a.write_h5ad(path, compression="gzip")
+    obsp = {"connectivities": sp.csr_matrix((r.random(cells * k).astype(np.float32), (rows, cols)),
+                                            shape=(cells, cells))}
+    h5ad_writer.write_h5ad(path, X=X, obs=obs, var=var, obsm=obsm, obsp=obsp, layers=layers,
+                           uns={"note": "stress"}, raw={"X": X, "var": var, "varm": {}}, compression="gzip")
 
 
 def inspect(source):
