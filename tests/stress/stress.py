@@ -246,6 +246,10 @@ class Mount:
         try:
             return self.daemon.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            # Where it is stuck, before it is killed.
+            for line in gdb_dump(self.daemon.pid).splitlines():
+                if line.startswith(("Thread ", "#")):
+                    diag(f"exit stalled: {line}")
             self.kill()
             return None
 
