@@ -26,6 +26,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from remount import remount_as  # noqa: E402  (tests/integration/remount.py)
+
 BINARY = os.environ.get("ZM_MOCK_BINARY", "/tmp/zarrmount-mock")
 TEST_SECONDS = 90       # the watchdog's limit for one test
 WAIT_SECONDS = 15       # for a mount to appear, a daemon to end, a thread to finish
@@ -531,31 +534,16 @@ def erofs_battery(mount, label):
           read_all(p("README")) == FILES["README"] and sorted(os.listdir(p())) == ROOT_NAMES)
 
 
-def remount_as(point, mode):
-    """mount -i -o remount,MODE POINT, through mount(2).
-
-    util-linux 2.39 and later (Debian 13 has 2.41) remount with the new mount
-    API (fspick, then fsconfig for every superblock option /proc/self/mountinfo
-    lists: user_id, group_id, max_read); the kernel's FUSE refuses any option
-    given that way on a reconfigure ("fuse: No changes allowed in reconfigure",
-    fs/fuse/inode.c fuse_parse_param) while it ignores the same options passed
-    to mount(2) with MS_REMOUNT. LIBMOUNT_FORCE_MOUNT2=always asks libmount
-    for mount(2); util-linux 2.38 (Debian 12) uses mount(2) anyway. Only the
-    ro/rw flag changes either way: the daemon is not involved."""
-    return subprocess.run(["mount", "-i", "-o", f"remount,{mode}", point], capture_output=True, text=True,
-                          timeout=WAIT_SECONDS, env=dict(os.environ, LIBMOUNT_FORCE_MOUNT2="always"))
-
-
 def test_read_only():
     mount = Mount("-d")
     if not check("mounts", mount.mounted, mount.log()):
         return
     erofs_battery(mount, "kernel, ro mount")
     # A remount rw lets the requests through to the daemon's own handlers.
-    remount = remount_as(mount.path(), "rw")
+    remount = remount_as(mount.path(), "rw", WAIT_SECONDS)
     if check("remount rw (to reach the handlers)", remount.returncode == 0, remount.stderr):
         erofs_battery(mount, "daemon handlers")
-        back = remount_as(mount.path(), "ro")
+        back = remount_as(mount.path(), "ro", WAIT_SECONDS)
         check("remount ro again", back.returncode == 0, back.stderr)
         log = mount.log()
         handled = ["create", "mkdir", "unlink", "rmdir", "rename", "link", "symlink", "setattr", "setxattr",

@@ -14,6 +14,8 @@ import subprocess
 import tempfile
 import time
 
+from remount import remount_as  # noqa: F401  (test_security.py imports it from here)
+
 BINARY = os.environ.get("ZM_BINARY", "build/zarrmount")
 ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
 SOURCE = os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad")
@@ -163,21 +165,6 @@ class Mount:
         except OSError:
             pass
         return self.status
-
-
-def remount_as(point, mode):
-    """mount -i -o remount,MODE POINT, through mount(2).
-
-    util-linux 2.39 and later (Debian 13 has 2.41) remount with the new mount
-    API (fspick, then fsconfig for every superblock option /proc/self/mountinfo
-    lists: user_id, group_id, max_read); the kernel's FUSE refuses any option
-    given that way on a reconfigure ("fuse: No changes allowed in reconfigure",
-    fs/fuse/inode.c fuse_parse_param) while it ignores the same options passed
-    to mount(2) with MS_REMOUNT. LIBMOUNT_FORCE_MOUNT2=always asks libmount
-    for mount(2); util-linux 2.38 (Debian 12) uses mount(2) anyway. Only the
-    ro/rw flag changes either way: the daemon is not involved."""
-    return subprocess.run(["mount", "-i", "-o", f"remount,{mode}", point], capture_output=True, text=True,
-                          env=dict(os.environ, LIBMOUNT_FORCE_MOUNT2="always"))
 
 
 def check_open_files(mount, when):

@@ -13,7 +13,9 @@ Two things live here, so that no test re-implements them:
 - An AnnData reader that needs no anndata: read_h5ad (h5py) and read_zarr
   (zarr-python) build a Data object, and Data.subset(rows) is what
   `adata[rows].copy()` makes. Both follow anndata 0.8's reading rules (its
-  _io/specs/methods.py, _io/h5ad.py and compat/ helpers) element by element:
+  _io/specs/methods.py, _io/h5ad.py and compat/ helpers) element by element,
+  with the element reading of anndata_elements.py (which
+  tests/source/dump_reference.py reads h5ad files with too):
   the same encodings (dataframe 0.1.0 and 0.2.0, categorical, csr/csc,
   nullable-integer/boolean, string, numeric-scalar, rec-array, dict), the same
   pre-0.7 fallbacks (compound obs/var/obsm datasets, uns/<col>_categories,
@@ -40,6 +42,9 @@ import scipy.sparse as sp
 
 warnings.simplefilter("ignore")
 import zarr  # noqa: E402
+
+from anndata_elements import (  # noqa: E402,F401  (attrs and read are the zarr 2/3 calls below too)
+    attrs, clean_uns, read, read_df, read_elem, read_h5ad_elements, read_legacy_raw, register)
 
 try:
     import anndata  # noqa: E402
@@ -76,20 +81,6 @@ def members(group):
     """[(name, node)] of a group's children in name order (zarr 2's
     Group.items(); zarr 3 has Group.members() instead)."""
     return [(name, group[name]) for name in sorted(group.keys())]
-
-
-def attrs(node):
-    """A node's attributes as a plain dict."""
-    return dict(node.attrs.asdict()) if hasattr(node.attrs, "asdict") else dict(node.attrs)
-
-
-def read(array):
-    """Every value of a zarr array; a 0-d array's value as a numpy scalar
-    (zarr 2's array[()]; zarr 3 returns a 0-d array there)."""
-    value = array[...]
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        return value[()]
-    return value
 
 
 def walk_arrays(group, prefix=""):
@@ -305,213 +296,7 @@ def make(X=None, obs=None, var=None, obsm=None, varm=None, obsp=None, varp=None,
                 raw_object, n_obs, n_vars)
 
 
-# ---- Reading an element (anndata 0.8's read_elem) -----------------------------------------
-
-class UnknownEncoding(ValueError):
-    pass
-
-
-def _is_h5(node):
-    return isinstance(node, (h5py.Group, h5py.Dataset))
-
-
-def _group_like(node):
-    return isinstance(node, h5py.Group) or is_group(node)
-
-
-def _attr(node, name, default=KeyError):
-    """anndata's _read_attr: HDF5 fixed-length string attributes come as
-    bytes from h5py and are decoded; zarr attributes are JSON already."""
-    if not _is_h5(node):
-        values = attrs(node)
-        if name not in values:
-            if default is KeyError:
-                raise KeyError(name)
-            return default
-        return values[name]
-    if name not in node.attrs:
-        if default is KeyError:
-            raise KeyError(name)
-        return default
-    value = node.attrs[name]
-    identity = node.attrs.get_id(name)
-    string = h5py.check_string_dtype(identity.dtype)
-    if string is None or string.length is None:
-        return value
-    if len(identity.shape) == 0:
-        return value.decode("utf-8")
-    return [s.decode("utf-8") if isinstance(s, bytes) else s for s in value]
-
-
-def _as_str(value):
-    return value.decode("utf-8") if isinstance(value, bytes) else value
-
-
-def _values(node):
-    """node[()] as anndata reads it: h5py's or zarr's values (a 0-d array as a scalar)."""
-    if _is_h5(node):
-        return node[()]
-    return read(node)
-
-
-def _strings(node):
-    """A string array's values as str objects (h5py's asstr; zarr's are str already)."""
-    if _is_h5(node):
-        return node.asstr()[()]
-    return read(node)
-
-
-def _from_fixed_length_strings(value):
-    """anndata.compat._from_fixed_length_strings."""
-    new = []
-    for dt in value.dtype.descr:
-        item = list(dt)
-        kind = dt[1]
-        annotated = isinstance(kind, tuple)
-        if annotated:
-            kind = kind[0]
-        if issubclass(np.dtype(kind).type, np.bytes_):
-            item[1] = f"U{int(kind[2:])}"
-        elif annotated or np.issubdtype(np.dtype(kind), np.str_):
-            item[1] = "O"
-        new.append(tuple(item))
-    return value.astype(new)
-
-
-def _decode_structured(value, dtype):
-    """anndata.compat._decode_structured_array: h5py 3 reads vlen UTF-8
-    fields of a compound as bytes."""
-    decode = np.frompyfunc(lambda x: x.decode("utf-8"), 1, 1)
-    for k, (field, _) in dtype.fields.items():
-        check = h5py.check_string_dtype(field)
-        if check is not None and check.encoding == "utf-8":
-            decode(value[k], out=value[k])
-    return value
-
-
-def _read_dataset_legacy(node):
-    """A dataset without encoding attributes (anndata's h5ad.read_dataset /
-    zarr.read_dataset)."""
-    if _is_h5(node):
-        string = h5py.check_string_dtype(node.dtype)
-        value = node.asstr()[()] if string is not None and string.encoding == "utf-8" else node[()]
-        if not hasattr(value, "dtype"):
-            return value
-        if issubclass(value.dtype.type, np.bytes_):
-            value = value.astype(str)
-            if len(value) == 1:
-                # Old files stored a string as a one-element array.
-                return value[0]
-        elif len(value.dtype.descr) > 1:
-            dtype = value.dtype
-            value = _decode_structured(_from_fixed_length_strings(value), dtype)
-        if value.shape == ():
-            value = value[()]
-        return value
-    value = node[...]
-    if not hasattr(value, "dtype"):
-        return value
-    if issubclass(value.dtype.type, np.str_):
-        value = value.astype(object)
-    elif issubclass(value.dtype.type, np.bytes_):
-        value = value.astype(str).astype(object)
-    elif len(value.dtype.descr) > 1:
-        value = _from_fixed_length_strings(value)
-    if value.shape == ():
-        value = value[()]
-    return value
-
-
-def _sparse(node, format_name, shape):
-    cls = sp.csr_matrix if format_name.startswith("csr") else sp.csc_matrix
-    data, indices, indptr = (_values(node[k]) for k in ("data", "indices", "indptr"))
-    matrix = cls(tuple(int(s) for s in shape), dtype=data.dtype)
-    matrix.data, matrix.indices, matrix.indptr = data, indices, indptr
-    return matrix
-
-
-def _series(node):
-    """A dataframe 0.1.0 column: a categorical names its categories by an
-    object reference (attribute "categories")."""
-    if "categories" in node.attrs:
-        if not _is_h5(node):
-            raise UnknownEncoding(f"{node.name}: a dataframe 0.1.0 categorical in a Zarr store (zarrmount "
-                                  "serves dataframe 0.2.0 only)")
-        categories_node = node.parent[node.attrs["categories"]]
-        categories = read_elem(categories_node)
-        ordered = bool(_attr(categories_node, "ordered", False))
-        return pd.Categorical.from_codes(read_elem(node), categories, ordered=ordered)
-    return read_elem(node)
-
-
-def _dataframe(node, version):
-    columns = list(_attr(node, "column-order"))
-    columns = [_as_str(c) for c in columns]
-    index_key = _as_str(_attr(node, "_index"))
-    reader = _series if version == "0.1.0" else read_elem
-    frame = pd.DataFrame({k: reader(node[k]) for k in columns}, index=reader(node[index_key]),
-                         columns=list(columns))
-    if index_key != "_index":
-        frame.index.name = index_key
-    return frame
-
-
-def _dataframe_legacy(node):
-    """A pre-0.7 dataframe: one compound dataset, its first field the index."""
-    value = node[()]
-    if _is_h5(node):
-        frame = pd.DataFrame(_decode_structured(_from_fixed_length_strings(value), node.dtype))
-    else:
-        frame = pd.DataFrame(_from_fixed_length_strings(value))
-    frame.set_index(frame.columns[0], inplace=True)
-    return frame
-
-
-def read_dataframe(node):
-    if _group_like(node):
-        return read_elem(node)
-    return _dataframe_legacy(node)
-
-
-def read_elem(node):
-    """One element, by its encoding-type (anndata 0.8's registry)."""
-    kind = _as_str(_attr(node, "encoding-type", ""))
-    version = _as_str(_attr(node, "encoding-version", ""))
-    if kind == "":
-        if _group_like(node):
-            if "h5sparse_format" in node.attrs:
-                return _sparse(node, _as_str(_attr(node, "h5sparse_format")), _attr(node, "h5sparse_shape"))
-            return {k: read_elem(node[k]) for k in node.keys()}
-        return _read_dataset_legacy(node)
-    if kind in ("anndata", "raw"):
-        return _read_anndata_group(node)
-    if kind == "dict":
-        return {k: read_elem(node[k]) for k in node.keys()}
-    if kind in ("array", "numeric-scalar", "bytes"):
-        return _values(node)
-    if kind == "string-array":
-        return _strings(node)
-    if kind == "string":
-        return node.asstr()[()] if _is_h5(node) else str(read(node))
-    if kind == "rec-array":
-        value = node[()]
-        dtype = value.dtype
-        value = _from_fixed_length_strings(value)
-        return _decode_structured(value, dtype) if _is_h5(node) else value
-    if kind in ("csr_matrix", "csc_matrix"):
-        return _sparse(node, kind, _attr(node, "shape"))
-    if kind == "dataframe":
-        return _dataframe(node, version)
-    if kind == "categorical":
-        return pd.Categorical.from_codes(codes=read_elem(node["codes"]), categories=read_elem(node["categories"]),
-                                         ordered=bool(_attr(node, "ordered")))
-    if kind in ("nullable-integer", "nullable-boolean"):
-        values = read_elem(node["values"])
-        if "mask" in node:
-            cls = pd.arrays.IntegerArray if kind == "nullable-integer" else pd.arrays.BooleanArray
-            return cls(values, mask=read_elem(node["mask"]))
-        return pd.array(values)
-    raise UnknownEncoding(f"{node.name}: encoding-type {kind!r} {version} is not one anndata 0.8 reads")
+# ---- Reading an element (anndata 0.8's read_elem): anndata_elements.py ---------------------
 
 
 def _read_anndata_group(node):
@@ -525,61 +310,17 @@ def _read_anndata_group(node):
     return make(**d, raw=raw, dtype=d["X"].dtype if "X" in d else None, own=True)
 
 
-def _clean_uns(d):
-    """anndata.compat._clean_uns: pre-0.7 categories kept in uns['<col>_categories']."""
-    delete = set()
-    for name, categories in d.get("uns", {}).items():
-        if not name.endswith("_categories"):
-            continue
-        column = name.replace("_categories", "")
-        if isinstance(categories, (str, int)):
-            categories = [categories]
-        for axis in ("obs", "var"):
-            if column not in d[axis]:
-                continue
-            codes = d[axis][column].values
-            if not np.all(codes < len(categories)):
-                continue
-            d[axis][column] = pd.Categorical.from_codes(codes, categories)
-            delete.add(name)
-    for name in delete:
-        del d["uns"][name]
-
-
-def _legacy_raw(f, modern):
-    if modern:
-        if any(k.startswith("raw.") for k in f):
-            raise ValueError("the file has both the legacy and the current raw")
-        return modern
-    raw = {}
-    if "raw.X" in f:
-        raw["X"] = read_elem(f["raw.X"])
-    if "raw.var" in f:
-        raw["var"] = read_dataframe(f["raw.var"])
-    if "raw.varm" in f:
-        raw["varm"] = read_elem(f["raw.varm"])
-    return raw
+for _kind in ("anndata", "raw"):
+    register(True, _kind, "0.1.0", _read_anndata_group)
 
 
 def read_h5ad(path):
     """anndata.read_h5ad(path) without anndata: a Data."""
     with h5py.File(path, "r") as f:
-        d = {}
-        for k in f.keys():
-            if k == "raw" or k.startswith("raw."):
-                continue
-            d[k] = read_dataframe(f[k]) if k in ("obs", "var") else read_elem(f[k])
-        raw = {}
-        if "raw/X" in f:
-            raw["X"] = read_elem(f["raw/X"])
-        for k in ("var", "varm"):
-            if f"raw/{k}" in f:
-                raw[k] = read_elem(f[f"raw/{k}"])
-        raw = _legacy_raw(f, raw)
+        d, raw = read_h5ad_elements(f)
         X = f.get("X")
         if X is not None:
             d["dtype"] = X["data"].dtype if isinstance(X, h5py.Group) else X.dtype
-    _clean_uns(d)
     # An unknown top-level key fails here as it fails anndata (an unexpected keyword).
     return make(**d, raw=raw or None, own=True)
 
@@ -593,13 +334,13 @@ def read_zarr(path):
     for k in root.keys():
         if k.startswith("raw."):
             continue
-        d[k] = read_dataframe(root[k]) if k in ("obs", "var") else read_elem(root[k])
-    raw = _legacy_raw(root, d.pop("raw", None))
+        d[k] = read_df(root[k]) if k in ("obs", "var") else read_elem(root[k])
+    raw = read_legacy_raw(root, d.pop("raw", None))
     if isinstance(raw, Data):
         raw = {"X": raw.X, "var": raw.var, "varm": raw.varm}
     if "X" in d:
         d["dtype"] = d["X"].dtype
-    _clean_uns(d)
+    clean_uns(d)
     return make(**d, raw=raw or None, own=True)
 
 

@@ -119,6 +119,8 @@ import scipy.sparse as sp
 import h5py
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import anndata_elements  # noqa: E402  (tests/integration/anndata_elements.py)
 import h5zstd  # noqa: E402
 
 warnings.simplefilter("ignore")
@@ -448,20 +450,18 @@ def check(cond, what):
 # --------------------------------------------------------------------------------------
 #
 # The reference must not need anndata (Debian 13 does not package it), so this reads the
-# file itself along anndata's on-disk layout: each element's "encoding-type" and
-# "encoding-version" attributes choose its reader, exactly the (group or dataset, type,
-# version) pairs anndata 0.8.0 registers for HDF5, and elements without them are read the
-# way anndata 0.8 reads 0.6/0.7 files.  What comes out is what anndata 0.8's AnnData
-# holds after read_h5ad, as numpy / scipy / pandas objects, with its read-time fixes:
-# categories kept in uns moved into obs/var (_clean_uns), uns["neighbors"] matrices moved
-# to obsp (_move_adj_mtx), multi-column keys moved to obsm (_clean_up_old_format), and
-# legacy raw.X / raw.var / raw.varm.  Every step below follows anndata 0.8's code
-# operation for operation (the same numpy and pandas calls), so that where the values
+# file itself along anndata's on-disk layout, with the element reading that
+# tests/integration/readers.py uses too (tests/integration/anndata_elements.py: each
+# element's "encoding-type" and "encoding-version" attributes choose its reader, exactly
+# the pairs anndata 0.8.0 registers, elements without them read the way anndata 0.8 reads
+# 0.6/0.7 files, uns categories moved into obs/var, legacy raw.X / raw.var / raw.varm).
+# What model_h5py builds from those is what anndata 0.8's AnnData holds after read_h5ad,
+# as numpy / scipy / pandas objects, with the constructor's fixes: uns["neighbors"]
+# matrices moved to obsp (_move_adj_mtx), multi-column keys moved to obsm
+# (_clean_up_old_format), every aligned mapping checked.  Every step follows anndata 0.8's
+# code operation for operation (the same numpy and pandas calls), so that where the values
 # are odd the same exceptions and the same conversions happen.  Where anndata is
 # installed, --agree-with-anndata checks that both readings give the same dump.
-
-_MISSING = object()
-
 
 class Model:
     """What read_h5ad returns, as far as the dump looks at it."""
@@ -479,219 +479,6 @@ class Model:
 class RawModel:
     def __init__(self, X, var, varm):
         self.X, self.var, self.varm = X, var, varm
-
-
-def read_attr(attrs, name, default=_MISSING):
-    """An attribute as anndata's _read_attr gives it: fixed-length strings decoded."""
-    if name not in attrs and default is not _MISSING:
-        return default
-    value = attrs[name]
-    tid = attrs.get_id(name)
-    si = h5py.check_string_dtype(tid.dtype)
-    if si is None or si.length is None:
-        return value
-    if len(tid.shape) == 0:
-        return value.decode("utf-8")
-    return [s.decode("utf-8") if isinstance(s, bytes) else s for s in value]
-
-
-def encoding_of(elem):
-    return (read_attr(elem.attrs, "encoding-type", ""), read_attr(elem.attrs, "encoding-version", ""))
-
-
-def from_fixed_length_strings(value):
-    """Fixed-length byte fields as unicode, variable-length string fields as objects."""
-    new_dtype = []
-    for dt in value.dtype.descr:
-        dt_list = list(dt)
-        dt_type = dt[1]
-        is_annotated = isinstance(dt_type, tuple)
-        if is_annotated:
-            dt_type = dt_type[0]
-        if issubclass(np.dtype(dt_type).type, np.bytes_):
-            dt_list[1] = f"U{int(dt_type[2:])}"
-        elif is_annotated or np.issubdtype(np.dtype(dt_type), np.str_):
-            dt_list[1] = "O"
-        new_dtype.append(tuple(dt_list))
-    return value.astype(new_dtype)
-
-
-def decode_structured_array(arr, dtype):
-    """UTF-8 variable-length string fields decoded (h5py 3 reads them as bytes)."""
-    decode = np.frompyfunc(lambda x: x.decode("utf-8"), 1, 1)
-    for k, (dt, _) in dtype.fields.items():
-        si = h5py.check_string_dtype(dt)
-        if si is not None and si.encoding == "utf-8":
-            decode(arr[k], out=arr[k])
-    return arr
-
-
-def read_dataset(dataset):
-    """A dataset without encoding attributes (anndata 0.8's h5ad.read_dataset)."""
-    si = h5py.check_string_dtype(dataset.dtype)
-    if si is not None and si.encoding == "utf-8":
-        dataset = dataset.asstr()
-    value = dataset[()]
-    if not hasattr(value, "dtype"):
-        return value
-    if issubclass(value.dtype.type, np.bytes_):
-        value = value.astype(str)
-        # Old files hold a string as a one-element array.
-        if len(value) == 1:
-            return value[0]
-    elif len(value.dtype.descr) > 1:
-        dtype = value.dtype
-        value = decode_structured_array(from_fixed_length_strings(value), dtype)
-    if value.shape == ():
-        value = value[()]
-    return value
-
-
-SPARSE_CLASSES = {"csr": sp.csr_matrix, "csc": sp.csc_matrix}
-
-
-def read_sparse(group):
-    """A CSR/CSC group, encoded (0.7+) or h5sparse (0.6): SparseDataset.to_memory."""
-    if "h5sparse_format" in group.attrs:
-        fmt = read_attr(group.attrs, "h5sparse_format")
-    else:
-        fmt = read_attr(group.attrs, "encoding-type").replace("_matrix", "")
-    if fmt not in SPARSE_CLASSES:
-        raise RefError(f"{group.name}: sparse format {fmt!r} is not csr or csc")
-    shape = group.attrs.get("h5sparse_shape")
-    shape = tuple(group.attrs["shape"] if shape is None else shape)
-    m = SPARSE_CLASSES[fmt](shape, dtype=group["data"].dtype)
-    m.data = group["data"][...]
-    m.indices = group["indices"][...]
-    m.indptr = group["indptr"][...]
-    return m
-
-
-def read_basic(elem):
-    """An element without encoding attributes (anndata 0.6/0.7 files)."""
-    if isinstance(elem, h5py.Group):
-        if "h5sparse_format" in elem.attrs:
-            return read_sparse(elem)
-        return {k: read_elem(v) for k, v in elem.items()}
-    return read_dataset(elem)
-
-
-def read_recarray(ds):
-    value = ds[()]
-    dtype = value.dtype
-    return decode_structured_array(from_fixed_length_strings(value), dtype)
-
-
-def read_dataframe_020(group):
-    columns = list(read_attr(group.attrs, "column-order"))
-    idx_key = read_attr(group.attrs, "_index")
-    df = pd.DataFrame({k: read_elem(group[k]) for k in columns},
-                      index=read_elem(group[idx_key]), columns=list(columns))
-    if idx_key != "_index":
-        df.index.name = idx_key
-    return df
-
-
-def read_series(ds):
-    """A 0.7 (dataframe 0.1.0) column: codes with a 'categories' reference, or values."""
-    if "categories" in ds.attrs:
-        categories_ds = ds.parent[read_attr(ds.attrs, "categories")]
-        categories = read_elem(categories_ds)
-        ordered = bool(read_attr(categories_ds.attrs, "ordered", False))
-        return pd.Categorical.from_codes(read_elem(ds), categories, ordered=ordered)
-    return read_elem(ds)
-
-
-def read_dataframe_010(group):
-    columns = read_attr(group.attrs, "column-order")
-    idx_key = read_attr(group.attrs, "_index")
-    df = pd.DataFrame({k: read_series(group[k]) for k in columns},
-                      index=read_series(group[idx_key]), columns=list(columns))
-    if idx_key != "_index":
-        df.index.name = idx_key
-    return df
-
-
-def read_dataframe_legacy(ds):
-    """A pre-0.7 dataframe: one compound dataset, the index its first field."""
-    df = pd.DataFrame(decode_structured_array(from_fixed_length_strings(ds[()]), ds.dtype))
-    df.set_index(df.columns[0], inplace=True)
-    return df
-
-
-def read_categorical(group):
-    return pd.Categorical.from_codes(codes=read_elem(group["codes"]),
-                                     categories=read_elem(group["categories"]),
-                                     ordered=read_attr(group.attrs, "ordered"))
-
-
-def read_nullable(cls):
-    def read(group):
-        if "mask" in group:
-            return cls(read_elem(group["values"]), mask=read_elem(group["mask"]))
-        return pd.array(read_elem(group["values"]))
-    return read
-
-
-# The (group or dataset, encoding-type, encoding-version) readers anndata 0.8.0 has for
-# HDF5; any other pair is an element anndata 0.8 cannot read.
-READERS = {
-    (True, "", ""): read_basic,
-    (False, "", ""): read_basic,
-    (True, "dict", "0.1.0"): lambda g: {k: read_elem(v) for k, v in g.items()},
-    (False, "array", "0.2.0"): lambda d: d[()],
-    (False, "string-array", "0.2.0"): lambda d: d.asstr()[()],
-    (False, "rec-array", "0.2.0"): read_recarray,
-    (True, "csr_matrix", "0.1.0"): read_sparse,
-    (True, "csc_matrix", "0.1.0"): read_sparse,
-    (True, "dataframe", "0.2.0"): read_dataframe_020,
-    (True, "dataframe", "0.1.0"): read_dataframe_010,
-    (True, "categorical", "0.2.0"): read_categorical,
-    (True, "nullable-integer", "0.1.0"): read_nullable(pd.arrays.IntegerArray),
-    (True, "nullable-boolean", "0.1.0"): read_nullable(pd.arrays.BooleanArray),
-    (False, "numeric-scalar", "0.2.0"): lambda d: d[()],
-    (False, "string", "0.2.0"): lambda d: d.asstr()[()],
-    (False, "bytes", "0.2.0"): lambda d: d[()],
-}
-
-
-def read_elem(elem):
-    etype, eversion = encoding_of(elem)
-    reader = READERS.get((isinstance(elem, h5py.Group), etype, eversion))
-    if reader is None:
-        what = "group" if isinstance(elem, h5py.Group) else "dataset"
-        raise RefError(f"{elem.name}: no reader for a {what} with encoding-type {etype!r} "
-                       f"version {eversion!r} (anndata 0.8 has none either)")
-    return reader(elem)
-
-
-def read_df(elem):
-    """obs, var, raw.var: a group by its encoding, a compound dataset as before 0.7."""
-    if not isinstance(elem, h5py.Group):
-        return read_dataframe_legacy(elem)
-    return read_elem(elem)
-
-
-def clean_uns(d):
-    """Categories that 0.6 files keep in uns/<column>_categories go back to obs/var."""
-    k_to_delete = set()
-    for cats_name, cats in d.get("uns", {}).items():
-        if not cats_name.endswith("_categories"):
-            continue
-        name = cats_name.replace("_categories", "")
-        if isinstance(cats, (str, int)):
-            cats = [cats]
-        for ann in ("obs", "var"):
-            if name not in d[ann]:
-                continue
-            codes = d[ann][name].values
-            # The axis the categories were for: the one whose codes fit them.
-            if not np.all(codes < len(cats)):
-                continue
-            d[ann][name] = pd.Categorical.from_codes(codes, cats)
-            k_to_delete.add(cats_name)
-    for cats_name in k_to_delete:
-        del d["uns"][cats_name]
 
 
 def frame_for(df):
@@ -734,31 +521,10 @@ MULTICOL_KEYS = (("obs", ("obs_keys_multicol", "smp_keys_multicol", "_obs_keys_m
 
 def model_h5py(f):
     """The h5ad file f as anndata 0.8's read_h5ad presents it (a Model)."""
-    d = {}
-    for k in f.keys():
-        if k == "raw" or k.startswith("raw."):
-            continue
-        if k in ("obs", "var"):
-            d[k] = read_df(f[k])
-        else:
-            d[k] = read_elem(f[k])
-    raw = {}
-    if "raw/X" in f:
-        raw["X"] = read_elem(f["raw/X"])
-    for v in ("var", "varm"):
-        if f"raw/{v}" in f:
-            raw[v] = read_elem(f[f"raw/{v}"])
-    if raw:
-        if any(k.startswith("raw.") for k in f):
-            raise RefError("the file has both legacy raw.* and current raw elements")
-    else:
-        if "raw.X" in f:
-            raw["X"] = read_elem(f["raw.X"])
-        if "raw.var" in f:
-            raw["var"] = read_df(f["raw.var"])
-        if "raw.varm" in f:
-            raw["varm"] = read_elem(f["raw.varm"])
-    clean_uns(d)
+    try:
+        d, raw = anndata_elements.read_h5ad_elements(f)
+    except anndata_elements.ReadError as exc:
+        raise RefError(str(exc))
     unknown = sorted(set(d) - {"X", "obs", "var", "uns", "obsm", "varm", "obsp", "varp",
                                "layers"})
     if unknown:
