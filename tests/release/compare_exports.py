@@ -43,6 +43,11 @@ SOURCES = [
     os.path.join(SHARED, "loom/mpfc-starmap-158x3704.loom"),
     os.path.join(SHARED, "10x/v3_filtered_feature_bc_matrix.h5"),
 ]
+def present():
+    """The sources this clone has (../shared/data may not be beside it)."""
+    return [source for source in SOURCES if os.path.exists(source)]
+
+
 VIEWS = ["full", "uniform/seed0/k=20"]
 CODECS = ["none", "zstd:1", "zstd:3", "zstd:9", "blosc:zstd:1", "blosc:lz4", "blosc:lz4hc",
           "blosc:blosclz", "blosc:zlib"]
@@ -91,7 +96,7 @@ def expected(release):
 def exports(binary, out):
     """(source, view, codec, directory) for every export, and the commands."""
     jobs = []
-    for source in SOURCES:
+    for source in present():
         for view in VIEWS:
             for codec in CODECS:
                 name = "/".join([os.path.basename(source), view.replace("/", "_"), codec])
@@ -192,6 +197,10 @@ def main():
         if want == "identical":
             results.append((differing == 0, f"{codec}: compressed bytes identical, as the table says ({seen})",
                             ""))
+        elif want == "differs" and differing == 0 and len(present()) < len(SOURCES):
+            results.append((True, f"{codec}: compressed bytes differ somewhere ({seen}) # SKIP the "
+                            f"table's differences were measured over all {len(SOURCES)} sources; "
+                            f"{len(SOURCES) - len(present())} are not here (no ../shared/data)", ""))
         elif want == "differs":
             results.append((differing > 0, f"{codec}: compressed bytes differ somewhere, as the table says "
                             f"({seen})", ""))
