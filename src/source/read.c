@@ -115,7 +115,8 @@ static int resolve_chunks(zm_source *source, zm_array *array, const uint64_t *ch
      * the indexes btree.c leaves (version 4 layouts) HDF5 1.14 and later
      * list all of them in one H5Dchunk_iter pass (0.13 s for those 200,000);
      * only 1.10 is left to its lookups there. */
-    if (!array->index_complete && (array->btree_state >= 0 || ZM__H5_HAS_CHUNK_ITER)) {
+    if (!array->index_complete &&
+        (array->btree_state >= 0 || (ZM__H5_HAS_CHUNK_ITER && !array->iterate_refused))) {
         uint64_t *unknown = malloc((count ? count : 1) * sizeof *unknown);
         size_t wanted = 0;
         for (size_t i = 0; unknown != NULL && i < count; i++)
@@ -137,13 +138,15 @@ static int resolve_chunks(zm_source *source, zm_array *array, const uint64_t *ch
             if (rc == 0 && whole)
                 atomic_store_explicit(&array->index_complete, 1, memory_order_release);
 #if ZM__H5_HAS_CHUNK_ITER
-            if (rc == -ENOTSUP) {
+            if (rc == -ENOTSUP && !array->iterate_refused) {
                 /* Entries btree.c filled before it refused are kept. */
                 zm__hdf5_lock();
                 rc = zm__h5_chunk_iterate(array, &why);
                 zm__hdf5_unlock();
                 if (rc == 0)
                     atomic_store_explicit(&array->index_complete, 1, memory_order_release);
+                else if (rc != -ENOMEM)
+                    array->iterate_refused = 1; /* not tried again for every request */
             }
 #endif
             if (rc == -ENOMEM) {

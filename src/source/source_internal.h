@@ -86,6 +86,7 @@ struct zm_array {
     uint32_t *chunk_filter_mask;
     _Atomic int index_complete;   /* every entry known (set once, under index_mutex) */
     int btree_state;              /* btree.c: 0 not tried, 1 read by us, −1 HDF5's lookups */
+    int iterate_refused;          /* H5Dchunk_iter failed once: HDF5's lookups from then on */
     uint64_t btree_root;          /* its version 1 B-tree (relative address) */
     unsigned btree_dims;
 
