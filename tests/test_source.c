@@ -5,6 +5,7 @@
  * needs no anndata); h5py_reading_agrees_with_anndata holds that reading to
  * anndata's own where anndata is installed. */
 #include <criterion/criterion.h>
+#include <sys/stat.h>
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
@@ -456,6 +457,9 @@ FIXTURE_TEST(fixtures_10x, "10x")
     {                                                                                               \
         char dir[4096];                                                                             \
         snprintf(dir, sizeof dir, "%s/%s", shared_data(), subdir);                                  \
+        struct stat st;                                                                             \
+        if (stat(dir, &st) != 0)                                                                    \
+            cr_skip_test("%s is not here (../shared/data is not beside this clone)", dir);          \
         check_directory(dir);                                                                       \
     }
 
@@ -502,7 +506,9 @@ Test(source, h5py_reading_agrees_with_anndata)
     }
     for (size_t i = 0; i < sizeof shared_dirs / sizeof shared_dirs[0]; i++) {
         snprintf(dir, sizeof dir, "%s/%s", shared_data(), shared_dirs[i]);
-        append_h5ad_files(dir, command, sizeof command);
+        struct stat st;
+        if (stat(dir, &st) == 0) /* ../shared/data may not be beside the clone */
+            append_h5ad_files(dir, command, sizeof command);
     }
     FILE *p = popen(command, "r");
     cr_assert_not_null(p, "cannot run %s", command);
