@@ -1085,11 +1085,16 @@ static void zm__readdir(fuse_req_t req, fuse_ino_t inode, size_t size, off_t off
     } else {
         ZM__TRACE(fs, req, "%s %s from %lld: %zu bytes", plus ? "readdirplus" : "readdir",
                   zm__shown(dir->path), (long long)offset, used);
+        /* Told the pusher before the reply: once the reply is out, the
+         * reader may read the first file at once, and that read must find
+         * the listing. If the reply never arrives, what it pushes for
+         * those inodes is refused by the kernel (ENOENT) or is the bytes
+         * of whatever file has the inode then: harmless either way. */
+        if (plus)
+            zm__pusher_listed(fs->pusher, dir->inode, offset, pushable, pushable_count);
         if (fuse_reply_buf(req, buffer, used) != 0)
             for (size_t i = 0; i < count; i++)
                 zm__forget(fs, looked_up[i], 1);
-        else if (plus)
-            zm__pusher_listed(fs->pusher, dir->inode, offset, pushable, pushable_count);
     }
     free(pushable);
     free(looked_up);
