@@ -1,10 +1,12 @@
 /* The chunk index read in one pass (src/source/btree.c, and with HDF5 1.14
  * and later H5Dchunk_iter) against HDF5's own lookups, chunk by chunk, for
- * every chunked array of every fixture and of the real files in
- * ../shared/data. */
+ * every chunked array of every fixture (fixtures/sources, and fixtures/shared:
+ * the copies of ../shared/data's files) and of the other files of
+ * ../shared/data where it is beside the clone. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,7 +137,9 @@ static void compare_file(const char *path)
     zm_source_close(source);
 }
 
-static void compare_tree(const char *directory)
+/* Every source under directory, but those whose relative path is under
+ * copies too (NULL: none is). */
+static void compare_tree(const char *directory, const char *copies)
 {
     DIR *dir = opendir(directory);
     if (dir == NULL)
@@ -149,8 +153,14 @@ static void compare_tree(const char *directory)
         struct stat st;
         if (stat(path, &st) != 0)
             continue;
+        char copy[4096];
+        snprintf(copy, sizeof copy, "%s/%s", copies ? copies : "", entry->d_name);
+        struct stat copy_st;
+        bool is_copied = copies != NULL && stat(copy, &copy_st) == 0;
         if (S_ISDIR(st.st_mode))
-            compare_tree(path);
+            compare_tree(path, is_copied ? copy : NULL);
+        else if (is_copied)
+            continue; /* read in fixtures/shared */
         else if (has_suffix(path, ".h5ad") || has_suffix(path, ".h5") || has_suffix(path, ".loom"))
             compare_file(path);
     }
@@ -160,18 +170,40 @@ static void compare_tree(const char *directory)
 Test(chunk_index, one_pass_equals_hdf5s_lookups, .timeout = 600)
 {
     const char *fixtures = getenv("ZM_FIXTURES_DIR");
-    const char *shared = getenv("ZM_SHARED_DATA");
     char path[4096];
     snprintf(path, sizeof path, "%s/sources", fixtures ? fixtures : "fixtures");
-    compare_tree(path);
-    if (shared != NULL)
-        compare_tree(shared);
+    compare_tree(path, NULL);
+    snprintf(path, sizeof path, "%s/shared", fixtures ? fixtures : "fixtures");
+    compare_tree(path, NULL);
     cr_log_info("%u files, %u arrays read in one pass by btree.c, %u left to HDF5, %u listed by "
                 "H5Dchunk_iter (%u chunks compared)",
                 files_seen, arrays_read, arrays_left, arrays_iterated, chunks_compared);
     cr_expect_gt(files_seen, 40, "the fixtures were found");
     cr_expect_gt(arrays_read, 50, "most chunked arrays are read in one pass");
     cr_expect_gt(arrays_left, 0, "version 4 layouts (layouts/) are left to HDF5");
+#if ZM__H5_HAS_CHUNK_ITER
+    cr_expect_eq(arrays_iterated, arrays_read + arrays_left, "H5Dchunk_iter lists every array");
+#endif
+}
+
+/* The files of ../shared/data not copied to fixtures/shared (its modern/, for
+ * one), where it is beside the clone. */
+Test(chunk_index, shared_data_not_copied_equals_hdf5s_lookups, .timeout = 600)
+{
+    const char *fixtures = getenv("ZM_FIXTURES_DIR");
+    const char *shared = getenv("ZM_SHARED_DATA");
+    struct stat st;
+    if (shared == NULL || stat(shared, &st) != 0)
+        cr_skip_test("%s is not here (../shared/data is not beside this clone): its files not "
+                     "copied to fixtures/shared are not compared", shared ? shared : "ZM_SHARED_DATA");
+    char copies[4096];
+    snprintf(copies, sizeof copies, "%s/shared", fixtures ? fixtures : "fixtures");
+    compare_tree(shared, copies);
+    if (files_seen == 0)
+        cr_skip_test("every source file of %s is in fixtures/shared, compared there", shared);
+    cr_log_info("%u files of %s that fixtures/shared has not, %u arrays read in one pass by "
+                "btree.c, %u left to HDF5, %u listed by H5Dchunk_iter (%u chunks compared)",
+                files_seen, shared, arrays_read, arrays_left, arrays_iterated, chunks_compared);
 #if ZM__H5_HAS_CHUNK_ITER
     cr_expect_eq(arrays_iterated, arrays_read + arrays_left, "H5Dchunk_iter lists every array");
 #endif

@@ -1,5 +1,7 @@
 /* The source reader against what anndata, h5py and loompy read: every
- * element of every fixture and every file in shared/data, whole and as a
+ * element of every fixture (fixtures/sources, and fixtures/shared: the copies
+ * of ../shared/data's files) and every other file of ../shared/data where it
+ * is beside the clone, whole and as a
  * gather of rows. The reference comes from tests/source/dump_reference.py,
  * which reads .h5ad files with h5py along anndata 0.8's layout (so that it
  * needs no anndata); h5py_reading_agrees_with_anndata holds that reading to
@@ -10,6 +12,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <nettle/sha2.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -411,8 +414,20 @@ static void check_file(const char *file)
     zm_source_close(s);
 }
 
-/* Every file in a directory whose name ends in one of the suffixes. */
-static void check_directory(const char *dir)
+/* Whether name is in directory copies (NULL: none is). */
+static bool copied(const char *copies, const char *name)
+{
+    if (copies == NULL)
+        return false;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", copies, name);
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* Every file in a directory whose name ends in one of the suffixes, but those
+ * that are in copies too (NULL: none is). The number checked. */
+static size_t check_directory_except(const char *dir, const char *copies)
 {
     DIR *d = opendir(dir);
     cr_assert_not_null(d, "cannot list %s", dir);
@@ -421,13 +436,13 @@ static void check_directory(const char *dir)
     size_t count = 0;
     while ((entry = readdir(d)) != NULL) {
         const char *dot = strrchr(entry->d_name, '.');
-        if (dot && (!strcmp(dot, ".h5ad") || !strcmp(dot, ".loom") || !strcmp(dot, ".h5"))) {
+        if (dot && (!strcmp(dot, ".h5ad") || !strcmp(dot, ".loom") || !strcmp(dot, ".h5")) &&
+            !copied(copies, entry->d_name)) {
             names = realloc(names, (count + 1) * sizeof *names);
             names[count++] = strdup(entry->d_name);
         }
     }
     closedir(d);
-    cr_assert_gt(count, 0, "no source files in %s", dir);
     for (size_t i = 0; i < count; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
@@ -435,6 +450,12 @@ static void check_directory(const char *dir)
         free(names[i]);
     }
     free(names);
+    return count;
+}
+
+static void check_directory(const char *dir)
+{
+    cr_assert_gt(check_directory_except(dir, NULL), 0, "no source files in %s", dir);
 }
 
 #define FIXTURE_TEST(name, subdir)                                                                  \
@@ -452,14 +473,12 @@ FIXTURE_TEST(fixtures_legacy, "legacy")
 FIXTURE_TEST(fixtures_loom, "loom")
 FIXTURE_TEST(fixtures_10x, "10x")
 
+/* The copies of ../shared/data's files in fixtures/shared (fixtures/shared/README.md). */
 #define SHARED_TEST(name, subdir)                                                                   \
-    Test(source, name)                                                              \
+    Test(source, name)                                                                              \
     {                                                                                               \
         char dir[4096];                                                                             \
-        snprintf(dir, sizeof dir, "%s/%s", shared_data(), subdir);                                  \
-        struct stat st;                                                                             \
-        if (stat(dir, &st) != 0)                                                                    \
-            cr_skip_test("%s is not here (../shared/data is not beside this clone)", dir);          \
+        snprintf(dir, sizeof dir, "%s/fixtures/shared/%s", source_root(), subdir);                  \
         check_directory(dir);                                                                       \
     }
 
@@ -468,16 +487,38 @@ SHARED_TEST(shared_loom, "loom")
 SHARED_TEST(shared_10x, "10x")
 SHARED_TEST(shared_synthetic, "synthetic")
 
-/* The .h5ad files of a directory, appended to a shell command line as quoted
- * arguments. */
-static void append_h5ad_files(const char *dir, char *command, size_t size)
+/* The files of ../shared/data not copied to fixtures/shared, where it is here. */
+Test(source, shared_data_not_copied)
+{
+    static const char *const subdirs[] = {"h5ad", "loom", "10x", "synthetic"};
+    struct stat st;
+    if (stat(shared_data(), &st) != 0)
+        cr_skip_test("%s is not here (../shared/data is not beside this clone): its files not "
+                     "copied to fixtures/shared are not checked", shared_data());
+    size_t checked = 0;
+    for (size_t i = 0; i < sizeof subdirs / sizeof subdirs[0]; i++) {
+        char dir[4096], copies[4096];
+        snprintf(dir, sizeof dir, "%s/%s", shared_data(), subdirs[i]);
+        snprintf(copies, sizeof copies, "%s/fixtures/shared/%s", source_root(), subdirs[i]);
+        if (stat(dir, &st) == 0)
+            checked += check_directory_except(dir, copies);
+    }
+    if (checked == 0)
+        cr_skip_test("every source file of %s/{h5ad,loom,10x,synthetic} is in fixtures/shared, "
+                     "checked there", shared_data());
+    cr_log_info("%zu files of %s that fixtures/shared has not", checked, shared_data());
+}
+
+/* The .h5ad files of a directory but those in copies too (NULL: none is),
+ * appended to a shell command line as quoted arguments. */
+static void append_h5ad_files(const char *dir, const char *copies, char *command, size_t size)
 {
     DIR *d = opendir(dir);
     cr_assert_not_null(d, "cannot list %s", dir);
     struct dirent *entry;
     while ((entry = readdir(d)) != NULL) {
         const char *dot = strrchr(entry->d_name, '.');
-        if (dot && !strcmp(dot, ".h5ad")) {
+        if (dot && !strcmp(dot, ".h5ad") && !copied(copies, entry->d_name)) {
             size_t at = strlen(command);
             int n = snprintf(command + at, size - at, " '%s/%s'", dir, entry->d_name);
             cr_assert(n > 0 && (size_t)n < size - at, "the command line is too long");
@@ -499,16 +540,18 @@ Test(source, h5py_reading_agrees_with_anndata)
              source_root());
     static const char *const fixture_dirs[] = {"h5ad", "filters", "layouts", "legacy"};
     static const char *const shared_dirs[] = {"h5ad", "synthetic"};
-    char dir[4096];
+    char dir[4096], copies[4096];
     for (size_t i = 0; i < sizeof fixture_dirs / sizeof fixture_dirs[0]; i++) {
         snprintf(dir, sizeof dir, "%s/fixtures/sources/%s", source_root(), fixture_dirs[i]);
-        append_h5ad_files(dir, command, sizeof command);
+        append_h5ad_files(dir, NULL, command, sizeof command);
     }
     for (size_t i = 0; i < sizeof shared_dirs / sizeof shared_dirs[0]; i++) {
+        snprintf(copies, sizeof copies, "%s/fixtures/shared/%s", source_root(), shared_dirs[i]);
+        append_h5ad_files(copies, NULL, command, sizeof command);
         snprintf(dir, sizeof dir, "%s/%s", shared_data(), shared_dirs[i]);
         struct stat st;
         if (stat(dir, &st) == 0) /* ../shared/data may not be beside the clone */
-            append_h5ad_files(dir, command, sizeof command);
+            append_h5ad_files(dir, copies, command, sizeof command);
     }
     FILE *p = popen(command, "r");
     cr_assert_not_null(p, "cannot run %s", command);

@@ -3,7 +3,7 @@
 shared/data) in text and JSON, the default block size B0 of a few files
 computed by hand from the spec's rules, and refusals of bad files.
 
-Prints TAP. Needs ZM_BINARY, ZM_SOURCE_ROOT and ZM_SHARED_DATA.
+Prints TAP. Needs ZM_BINARY and ZM_SOURCE_ROOT; ZM_SHARED_DATA where ../shared/data is.
 """
 import glob
 import json
@@ -16,6 +16,7 @@ import tempfile
 BINARY = os.environ.get("ZM_BINARY", "build/zarrmount")
 ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
 SHARED = os.environ.get("ZM_SHARED_DATA", "../shared/data")
+COPIES = os.path.join(ROOT, "fixtures", "shared")
 results = []
 
 
@@ -33,9 +34,22 @@ def sources():
     for pattern in ("fixtures/sources/h5ad/*", "fixtures/sources/filters/*", "fixtures/sources/layouts/*",
                     "fixtures/sources/legacy/*", "fixtures/sources/loom/*", "fixtures/sources/10x/*"):
         files += sorted(glob.glob(os.path.join(ROOT, pattern)))
+    # The copies of ../shared/data's files (fixtures/shared/README.md), then its
+    # other files where it is beside the clone.
     for pattern in ("h5ad/*.h5ad", "loom/*.loom", "10x/*.h5", "synthetic/*.h5ad", "synthetic/*.h5"):
-        files += sorted(glob.glob(os.path.join(SHARED, pattern)))
-    return files
+        files += sorted(glob.glob(os.path.join(COPIES, pattern)))
+    if not os.path.isdir(SHARED):
+        check(f"inspect the files of {SHARED} not copied to fixtures/shared # SKIP {SHARED} is not here "
+              "(../shared/data is not beside this clone)", True)
+        return files
+    rest = []
+    for pattern in ("h5ad/*.h5ad", "loom/*.loom", "10x/*.h5", "synthetic/*.h5ad", "synthetic/*.h5"):
+        rest += [f for f in sorted(glob.glob(os.path.join(SHARED, pattern)))
+                 if not os.path.exists(os.path.join(COPIES, os.path.relpath(f, SHARED)))]
+    if not rest:
+        check(f"inspect the files of {SHARED} not copied to fixtures/shared # SKIP every one is in "
+              "fixtures/shared, inspected there", True)
+    return files + rest
 
 
 def walk(element):
@@ -73,22 +87,18 @@ def block_sizes():
     # Computed by hand from the spec's rules (docs/sources.md):
     cases = [
         # CSR X, index chunks of 2005 (gzip), 4010 values over 50 cells: round(4 * 2005 / 80.2) = 100.
-        (f"{SHARED}/h5ad/dentategyrus-50.anndata-0.7.h5ad", 100, "csr-index-chunks", "X/indices"),
+        (f"{COPIES}/h5ad/dentategyrus-50.anndata-0.7.h5ad", 100, "csr-index-chunks", "X/indices"),
         # X is scaled, so raw/X: index chunks of 2725 (gzip), 174400 values over 700 cells:
         # round(4 * 2725 * 700 / 174400) = round(43.75) = 44.
-        (f"{SHARED}/h5ad/pbmc68k_reduced.h5ad", 44, "csr-index-chunks", "raw/X/indices"),
+        (f"{COPIES}/h5ad/pbmc68k_reduced.h5ad", 44, "csr-index-chunks", "raw/X/indices"),
         # Dense X stored contiguous, 4 float32 genes a cell: 65536 / 16 = 4096.
-        (f"{SHARED}/h5ad/t-cells-8x4.h5ad", 4096, "bytes-64KiB", "X"),
+        (f"{COPIES}/h5ad/t-cells-8x4.h5ad", 4096, "bytes-64KiB", "X"),
         # Dense X chunked 7 cells (lzf): 4 * 7 = 28.
-        (f"{SHARED}/h5ad/pbmc10k-protein-200cells.anndata-0.7-dense-lzf.h5ad", 28, "dense-chunk-rows", "X"),
+        (f"{COPIES}/h5ad/pbmc10k-protein-200cells.anndata-0.7-dense-lzf.h5ad", 28, "dense-chunk-rows", "X"),
         # No X and no obsm: 1.
-        (f"{SHARED}/synthetic/anndata-0.11.4-archive-noX.h5ad", 1, "one", ""),
+        (f"{COPIES}/synthetic/anndata-0.11.4-archive-noX.h5ad", 1, "one", ""),
     ]
     for path, want, rule, element in cases:
-        if not os.path.exists(path):
-            check(f"B0 of {os.path.basename(path)} is {want} ({rule}) # SKIP {path} is not here "
-                  "(../shared/data is not beside this clone)", True)
-            continue
         code, out, _ = inspect(path, "--json")
         got = json.loads(out)["defaultBlockSize"] if code == 0 else {}
         check(f"B0 of {os.path.basename(path)} is {want} ({rule})",

@@ -16,8 +16,8 @@ then counts one skipped check, the reading by anndata.read_zarr itself. The
 sources made here are written with h5py in anndata 0.8's layout
 (h5ad_writer.py) on every release.
 
-Needs ZM_BINARY, ZM_SOURCE_ROOT, ZM_SHARED_DATA. ZM_ONLY=substring limits the
-sources.
+Needs ZM_BINARY, ZM_SOURCE_ROOT (and ZM_SHARED_DATA where ../shared/data is).
+ZM_ONLY=substring limits the sources.
 """
 import contextlib
 import errno
@@ -88,6 +88,9 @@ def mounted(source, *options):
 
 
 def sources():
+    _, why = views.shared_rest()
+    if why:
+        check(f"the files of ../shared/data not copied to fixtures/shared # SKIP {why}", True)
     return views.sources()
 
 

@@ -66,10 +66,30 @@ def sources():
                     "fixtures/sources/layouts/*.h5ad", "fixtures/sources/legacy/*.h5ad",
                     "fixtures/sources/10x/*.h5", "fixtures/sources/loom/*.loom"):
         files += sorted(glob.glob(os.path.join(root, pattern)))
+    # The copies of ../shared/data's files (fixtures/shared/README.md), then its
+    # other files where it is beside the clone (shared_rest says which).
+    copies = os.path.join(root, "fixtures", "shared")
     for pattern in ("h5ad/*.h5ad", "10x/*.h5", "loom/*.loom", "synthetic/*.h5ad", "synthetic/*.h5"):
-        files += sorted(glob.glob(os.path.join(shared, pattern)))
+        files += sorted(glob.glob(os.path.join(copies, pattern)))
+    files += shared_rest()[0]
     only = os.environ.get("ZM_ONLY")
     return [f for f in files if not only or only in f]
+
+
+def shared_rest():
+    """The files of ../shared/data the integration tests read that are not
+    copied to fixtures/shared, and why there are none if there are none."""
+    import glob
+    root = os.environ.get("ZM_SOURCE_ROOT", ".")
+    shared = os.environ.get("ZM_SHARED_DATA", "../shared/data")
+    copies = os.path.join(root, "fixtures", "shared")
+    if not os.path.isdir(shared):
+        return [], f"{shared} is not here (../shared/data is not beside this clone)"
+    rest = []
+    for pattern in ("h5ad/*.h5ad", "10x/*.h5", "loom/*.loom", "synthetic/*.h5ad", "synthetic/*.h5"):
+        rest += [f for f in sorted(glob.glob(os.path.join(shared, pattern)))
+                 if not os.path.exists(os.path.join(copies, os.path.relpath(f, shared)))]
+    return rest, None if rest else "every one is in fixtures/shared, read there"
 
 
 def display_name(path):

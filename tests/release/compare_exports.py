@@ -30,7 +30,8 @@ import numcodecs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-SHARED = os.path.abspath(os.path.join(ROOT, "..", "shared", "data"))
+# The copies of ../shared/data's files (fixtures/shared/README.md).
+SHARED = os.path.join(ROOT, "fixtures", "shared")
 TABLE = os.path.join(ROOT, "docs", "mount.md")
 
 SOURCES = [
