@@ -56,11 +56,11 @@ def order_of(method, n, seed=0, k=None, block_size=None):
 
 
 def sources():
-    """Every source the integration tests read: the fixtures and shared/data
+    """Every source the integration tests read: the fixtures (fixtures/shared
+    among them) and the rest of ../shared/data where it is here
     (ZM_ONLY=substring keeps the ones whose path has it)."""
     import glob
     root = os.environ.get("ZM_SOURCE_ROOT", ".")
-    shared = os.environ.get("ZM_SHARED_DATA", "../shared/data")
     files = []
     for pattern in ("fixtures/sources/h5ad/*.h5ad", "fixtures/sources/filters/*.h5ad",
                     "fixtures/sources/layouts/*.h5ad", "fixtures/sources/legacy/*.h5ad",
