@@ -200,7 +200,7 @@ void zm__element_shape_from(zm_element *element, const zm_array *array);
 /* Orders a dict's children by name. */
 void zm__element_sort_children(zm_element *element);
 
-/* ---- HDF5 helpers (hdf5.c); call with the HDF5 lock held --------------------- */
+/* ---- HDF5 helpers (hdf5.c; arrays: hdf5_array.c); call with the HDF5 lock held - */
 
 /* Describes a dataset (or one member of a compound dataset) as an array and
  * registers it with the source. presented_transposed: a 2-d dataset shown
@@ -246,8 +246,16 @@ int zm__h5_attribute_reference(hid_t location, const char *object, const char *n
 int zm__h5_list(hid_t location, const char *group, zm_strings *names);
 /* The members of a compound dataset. */
 int zm__h5_compound_members(hid_t location, const char *dataset, zm_strings *names);
+/* Reads count strings of an attribute or dataset selection of the given file
+ * type into *out. reader(buffer, memtype) does the read. */
+typedef herr_t (*zm__string_reader)(void *context, hid_t memtype, void *buffer);
+int zm__read_strings(hid_t file_type, size_t count, zm__string_reader reader, void *context,
+                     hid_t space_for_reclaim, zm_strings *out);
+/* The memory type of one value as reads return it (hdf5_array.c): native
+ * order and the presented size. */
+hid_t zm__value_memory_type(hid_t stored_type);
 
-/* HDF5-path reads (hdf5.c); they take the HDF5 lock themselves. */
+/* HDF5-path reads (hdf5_read.c); they take the HDF5 lock themselves. */
 int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
                        void *out, zm_err *err);
 int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
