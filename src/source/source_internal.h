@@ -150,6 +150,33 @@ static inline uint64_t zm__le(const uint8_t *p, unsigned size)
     return v;
 }
 
+/* ---- The direct path's pieces (read.c, read_chunked.c) ----------------------- */
+
+/* Rows along the first dimension (1 for a scalar). */
+uint64_t zm__row_count(const zm_array *array);
+/* Reverses the bytes of each of count values of size bytes. */
+void zm__swap_bytes(uint8_t *bytes, size_t count, size_t size);
+/* count values of the array's fill value. */
+void zm__fill_values(uint8_t *bytes, size_t count, const zm_array *array);
+/* Every value within [value_min, value_limit) (zm__array_check_values);
+ * EIO naming the first one outside. */
+int zm__check_values(const zm_array *array, const void *values, uint64_t count, zm_err *err);
+/* Whether values are checked as their chunks are decoded (on the pool, each
+ * chunk once) rather than after a read. */
+int zm__checked_at_decode(const zm_array *array);
+/* Ranges ascending, not overlapping, within the array's rows (an empty one
+ * anywhere); EINVAL if not. */
+int zm__check_ranges(const zm_array *array, const zm_range *ranges, size_t count, zm_err *err);
+/* Turns ascending rows into ranges of consecutive rows (*ranges malloc'd). */
+int zm__rows_to_ranges(const zm_array *array, const uint64_t *rows, size_t count,
+                       zm_range **ranges, size_t *range_count, zm_err *err);
+/* Past this many pieces, HDF5-path reads take the whole span instead. */
+#define ZM__MANY_RANGES 32
+/* Gathers ranges of a chunked array on the direct path (read_chunked.c):
+ * range i to row out_row[i] of out. */
+int zm__gather_chunked(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
+                       const uint64_t *out_row, uint8_t *out, unsigned flags, zm_err *err);
+
 /* ---- A chunk index in one pass (btree.c) ------------------------------------ */
 
 /* Fills entries of the array's chunk index (allocated) from its version 1
