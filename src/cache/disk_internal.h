@@ -50,8 +50,9 @@ struct zm_disk {
      * walk over it found them (under lock), and the first of them. */
     uint64_t foreign;
     char foreign_example[256];
-    /* Payloads this process checked, as they were then (see struct checked):
-     * lent again without hashing them while they are unchanged. */
+    /* Payloads this process checked, as they were then (struct checked, in
+     * disk_read.c): lent again without hashing them while they are
+     * unchanged. */
     pthread_mutex_t checked_lock;
     struct checked *checked;
     size_t checked_count;
