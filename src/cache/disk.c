@@ -36,8 +36,13 @@
  * files are ever counted, read, replaced or removed: regular files named as
  * it names them (<16 hex>.entry, <16 hex>-<16 hex>.data, tmp.<pid>.<n>), in
  * a space directory (<16 hex>) of a format directory (v<n>). Anything else
- * found there is left alone, and counted as foreign (zm_disk_foreign). */
-#include "zarrmount/cache.h"
+ * found there is left alone, and counted as foreign (zm_disk_foreign).
+ *
+ * This file opens the cache: the directory checked private, the names of
+ * its files, opening them without following a link, the walk over them
+ * and the census (and leftovers removed) at open, and its counters.
+ * Lookups are in disk_read.c, writing and eviction in disk_write.c. */
+#include "cache/disk_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -47,88 +52,21 @@
 #include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
-#include <stdatomic.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
-#define DISK_FORMAT      2
-#define DISK_FORMAT_NAME "v2"
-#define DISK_MAGIC       "ZMCACHE"
-/* Evicting goes below the bound by this share, so that every write past
- * it does not rescan the directory. */
-#define EVICT_TO_PERCENT 90
 /* A payload filed with no header (a crash between the two renames, or a
  * header removed under a reader) is removed at open once this old: a
  * younger one may be another mount's write in progress. */
 #define ORPHAN_SECONDS 600
-/* The longest header: the space and key are a source identity and a path. */
-#define HEADER_MAX (64 * 1024)
 /* Symbolic links above the cache directory followed before giving up. */
 #define LINKS_ABOVE_MAX 8
-
-struct disk_header {
-    char magic[8];
-    uint32_t format;
-    uint32_t space_length;
-    uint32_t key_length;
-    uint32_t reserved;
-    uint64_t payload_length;
-    uint64_t payload_xxh3;
-    uint64_t header_xxh3; /* of everything above, the space and the key */
-};
-
-struct zm_disk {
-    char *directory;  /* DIRECTORY, for messages */
-    int directory_fd; /* DIRECTORY, checked private: every file operation is relative to it */
-    int format_fd;    /* DIRECTORY/v<format> */
-    uint64_t capacity;
-    pthread_mutex_t lock;
-    /* Puts one at a time: checking the bound, evicting and writing are one
-     * step, or two threads could each make room for one entry and write
-     * two. (Other processes sharing the directory can pass the bound by
-     * what they are writing, until their next put evicts.) */
-    pthread_mutex_t put_lock;
-    uint64_t bytes_held; /* what this process knows of (scanned at open, then kept) */
-    uint64_t entries;
-    _Atomic uint64_t hits, misses, writes, evictions, damaged, migrated;
-    _Atomic uint64_t temporary; /* names of temporary files */
-    /* Files under the directory that are not the cache's own, as the last
-     * walk over it found them (under lock), and the first of them. */
-    uint64_t foreign;
-    char foreign_example[256];
-    /* Payloads this process checked, as they were then (see struct checked):
-     * lent again without hashing them while they are unchanged. */
-    pthread_mutex_t checked_lock;
-    struct checked *checked;
-    size_t checked_count;
-};
-
-/* A payload checked against its hash, and its file as it was then: a file
- * written to since has another ctime (which no one can set back), so an
- * unchanged identity means unchanged bytes, and checking it again would
- * only cost a read of every byte at every open. */
-struct checked {
-    uint64_t key; /* xxh3 of space and key; 0: an empty slot */
-    uint64_t length, xxh3;
-    dev_t dev;
-    ino_t ino;
-    struct timespec mtime, ctime;
-    time_t touched; /* when its header's time was last moved (for eviction) */
-};
-
-/* Slots of the table (open addressing); past half full it starts again
- * empty: a forgotten entry is checked again, nothing else. */
-#define CHECKED_SLOTS 65536
-/* A header's time moves at most this often when its payload is lent. */
-#define TOUCH_SECONDS 60
 
 int zm_disk_default_directory(char *out, size_t size, zm_err *err)
 {
@@ -356,8 +294,6 @@ static int open_private(const char *directory, int *out, zm_err *err)
 
 /* ---- Names ---------------------------------------------------------------------- */
 
-enum file_kind { K_OTHER, K_TEMPORARY, K_ENTRY, K_DATA };
-
 static int is_hex(const char *text, size_t length)
 {
     for (size_t i = 0; i < length; i++)
@@ -420,21 +356,21 @@ static int is_space_name(const char *name)
 }
 
 /* The names of space's directory and of key's header in it. */
-static void names_of(const char *space, const char *key, char space_name[17], char entry[24])
+void zm__disk_names_of(const char *space, const char *key, char space_name[17], char entry[24])
 {
     snprintf(space_name, 17, "%016" PRIx64, (uint64_t)XXH3_64bits(space, strlen(space)));
     snprintf(entry, 24, "%016" PRIx64 ".entry", (uint64_t)XXH3_64bits(key, strlen(key)));
 }
 
 /* The payload's name beside a header (<stem>.entry). */
-static void data_name(const char *entry, uint64_t payload_xxh3, char out[48])
+void zm__disk_data_name(const char *entry, uint64_t payload_xxh3, char out[48])
 {
     snprintf(out, 48, "%.16s-%016" PRIx64 ".data", entry, payload_xxh3);
 }
 
 /* A file's path, for messages only (nothing is opened by it). */
-static void describe(const zm_disk *disk, const char *format, const char *space_name,
-                     const char *name, char *out, size_t size)
+void zm__disk_describe(const zm_disk *disk, const char *format, const char *space_name,
+                       const char *name, char *out, size_t size)
 {
     snprintf(out, size, "%s/%s/%s/%s", disk->directory, format, space_name, name);
 }
@@ -445,7 +381,7 @@ static void describe(const zm_disk *disk, const char *format, const char *space_
  * set), -ENOENT (none), -ELOOP (something else by that name: a symbolic
  * link or a file, not the cache's), -errno. With create, made (0700) if
  * missing. */
-static int open_directory(int parent, const char *name, int create, int *fd)
+int zm__disk_open_directory(int parent, const char *name, int create, int *fd)
 {
     int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
     *fd = openat(parent, name, flags);
@@ -465,16 +401,16 @@ static int open_directory(int parent, const char *name, int create, int *fd)
 }
 
 /* The space directory of the current format (or of format, "v1"). */
-static int open_space(const zm_disk *disk, const char *format, const char *space_name, int create,
-                      int *fd)
+int zm__disk_open_space(const zm_disk *disk, const char *format, const char *space_name, int create,
+                        int *fd)
 {
     if (format == NULL)
-        return open_directory(disk->format_fd, space_name, create, fd);
+        return zm__disk_open_directory(disk->format_fd, space_name, create, fd);
     int format_fd;
-    int rc = open_directory(disk->directory_fd, format, 0, &format_fd);
+    int rc = zm__disk_open_directory(disk->directory_fd, format, 0, &format_fd);
     if (rc != 0)
         return rc;
-    rc = open_directory(format_fd, space_name, create, fd);
+    rc = zm__disk_open_directory(format_fd, space_name, create, fd);
     close(format_fd);
     return rc;
 }
@@ -483,7 +419,7 @@ static int open_space(const zm_disk *disk, const char *format, const char *space
  * never through a link (a FIFO does not block the open). 0 (*fd, *st set),
  * -ENOENT, -ELOOP (a symbolic link or not a regular file: not the
  * cache's), -errno. */
-static int open_own(int directory, const char *name, int *fd, struct stat *st)
+int zm__disk_open_own(int directory, const char *name, int *fd, struct stat *st)
 {
     *fd = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (*fd < 0)
@@ -501,7 +437,7 @@ static int open_own(int directory, const char *name, int *fd, struct stat *st)
 
 /* Whether name in directory is absent or one of the cache's files (a
  * regular file): what the cache may replace or remove. */
-static int replaceable(int directory, const char *name, struct stat *st)
+int zm__disk_replaceable(int directory, const char *name, struct stat *st)
 {
     if (fstatat(directory, name, st, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT;
@@ -509,20 +445,6 @@ static int replaceable(int directory, const char *name, struct stat *st)
 }
 
 /* ---- Census and leftovers --------------------------------------------------------- */
-
-/* One of the cache's files as a walk meets it. */
-struct visit {
-    int format;              /* n of v<n> */
-    const char *format_name; /* "v<n>" */
-    const char *space_name;
-    int space_fd; /* its directory */
-    const char *name;
-    enum file_kind kind;
-    char stem[17];
-    const struct stat *st;
-};
-
-typedef void (*visit_fn)(void *context, const struct visit *v);
 
 struct foreign {
     uint64_t count;
@@ -557,7 +479,7 @@ static int dot_or_dotdot(const char *name)
  * files with the cache's names in DIRECTORY/v<n>/<16 hex>/, each directory
  * opened without following a link. Anything else is counted in the disk's
  * foreign files and never visited. */
-static void walk_files(zm_disk *disk, visit_fn visit, void *context)
+void zm__disk_walk_files(zm_disk *disk, visit_fn visit, void *context)
 {
     struct foreign f = {0, ""};
     DIR *top = open_listing(disk->directory_fd);
@@ -567,7 +489,7 @@ static void walk_files(zm_disk *disk, visit_fn visit, void *context)
         if (dot_or_dotdot(e->d_name))
             continue;
         if (!is_format_name(e->d_name, &format) ||
-            open_directory(disk->directory_fd, e->d_name, 0, &format_fd) != 0) {
+            zm__disk_open_directory(disk->directory_fd, e->d_name, 0, &format_fd) != 0) {
             foreign_file(disk, &f, e->d_name, NULL, NULL);
             continue;
         }
@@ -578,7 +500,7 @@ static void walk_files(zm_disk *disk, visit_fn visit, void *context)
             if (dot_or_dotdot(s->d_name))
                 continue;
             if (!is_space_name(s->d_name) ||
-                open_directory(format_fd, s->d_name, 0, &space_fd) != 0) {
+                zm__disk_open_directory(format_fd, s->d_name, 0, &space_fd) != 0) {
                 foreign_file(disk, &f, e->d_name, s->d_name, NULL);
                 continue;
             }
@@ -647,7 +569,7 @@ static int orphaned(const struct visit *v)
     snprintf(entry, sizeof entry, "%.16s.entry", v->name);
     int fd;
     struct stat st;
-    int rc = open_own(v->space_fd, entry, &fd, &st);
+    int rc = zm__disk_open_own(v->space_fd, entry, &fd, &st);
     if (rc != 0)
         return rc == -ENOENT;
     struct disk_header h;
@@ -656,12 +578,12 @@ static int orphaned(const struct visit *v)
     if (n != (ssize_t)sizeof h)
         return 0; /* damaged: the next read removes both */
     char named[48];
-    data_name(entry, h.payload_xxh3, named);
+    zm__disk_data_name(entry, h.payload_xxh3, named);
     return strcmp(named, v->name) != 0; /* replaced by another payload */
 }
 
 /* Removes one of the cache's files, if it still is the regular file seen. */
-static int remove_seen(int directory, const char *name, const struct stat *seen)
+int zm__disk_remove_seen(int directory, const char *name, const struct stat *seen)
 {
     struct stat st;
     if (fstatat(directory, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
@@ -678,11 +600,11 @@ static void count_file(void *context, const struct visit *v)
     struct census *c = context;
     if (v->kind == K_TEMPORARY) {
         if (left_by_crash(v->name, v->st))
-            (void)remove_seen(v->space_fd, v->name, v->st);
+            (void)zm__disk_remove_seen(v->space_fd, v->name, v->st);
         return;
     }
     if (v->kind == K_DATA && v->format == DISK_FORMAT && orphaned(v) &&
-        remove_seen(v->space_fd, v->name, v->st) == 0)
+        zm__disk_remove_seen(v->space_fd, v->name, v->st) == 0)
         return;
     c->bytes += (uint64_t)v->st->st_size;
     if (v->kind != K_DATA)
@@ -693,7 +615,7 @@ static void count_file(void *context, const struct visit *v)
  * is. */
 static int open_format(zm_disk *disk, zm_err *err)
 {
-    int rc = open_directory(disk->directory_fd, DISK_FORMAT_NAME, 1, &disk->format_fd);
+    int rc = zm__disk_open_directory(disk->directory_fd, DISK_FORMAT_NAME, 1, &disk->format_fd);
     if (rc == -ELOOP)
         return zm_err_set(err, -EPERM,
                           "cache directory %s: %s/%s is a symbolic link or not a directory",
@@ -743,7 +665,7 @@ int zm_disk_open(const char *directory, uint64_t max_bytes, zm_disk **out, zm_er
         return rc;
     }
     struct census c = {0, 0};
-    walk_files(disk, count_file, &c);
+    zm__disk_walk_files(disk, count_file, &c);
     disk->bytes_held = c.bytes;
     disk->entries = c.entries;
     *out = disk;
@@ -779,9 +701,9 @@ uint64_t zm_disk_foreign(zm_disk *disk, char *example, size_t size)
 int zm_disk_has_space(zm_disk *disk, const char *space)
 {
     char space_name[17], entry[24];
-    names_of(space, "", space_name, entry);
+    zm__disk_names_of(space, "", space_name, entry);
     int space_fd;
-    if (open_space(disk, NULL, space_name, 0, &space_fd) != 0)
+    if (zm__disk_open_space(disk, NULL, space_name, 0, &space_fd) != 0)
         return 0;
     DIR *d = open_listing(space_fd);
     int found = 0;
@@ -795,824 +717,6 @@ int zm_disk_has_space(zm_disk *disk, const char *space)
         closedir(d);
     close(space_fd);
     return found;
-}
-
-/* ---- Reading ------------------------------------------------------------------------ */
-
-static uint64_t header_hash(const struct disk_header *h, const char *space, const char *key)
-{
-    XXH3_state_t *state = XXH3_createState();
-    if (state == NULL)
-        return 0;
-    XXH3_64bits_reset(state);
-    XXH3_64bits_update(state, h, offsetof(struct disk_header, header_xxh3));
-    XXH3_64bits_update(state, space, h->space_length);
-    XXH3_64bits_update(state, key, h->key_length);
-    uint64_t hash = XXH3_64bits_digest(state);
-    XXH3_freeState(state);
-    return hash;
-}
-
-/* The whole of an open file, up to limit bytes (-EFBIG past it). */
-static int read_fd(int fd, size_t limit, uint8_t **bytes, size_t *size)
-{
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        return -errno;
-    if ((uint64_t)st.st_size > limit)
-        return -EFBIG;
-    uint8_t *buffer = malloc(st.st_size > 0 ? (size_t)st.st_size : 1);
-    size_t done = 0;
-    int rc = buffer ? 0 : -ENOMEM;
-    while (rc == 0 && done < (size_t)st.st_size) {
-        ssize_t n = pread(fd, buffer + done, (size_t)st.st_size - done, (off_t)done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            rc = n < 0 ? -errno : -EIO;
-        else
-            done += (size_t)n;
-    }
-    if (rc != 0) {
-        free(buffer);
-        return rc;
-    }
-    *bytes = buffer;
-    *size = done;
-    return 0;
-}
-
-/* The whole of one of the cache's files, and (seen) the file it was. */
-static int read_own(int directory, const char *name, size_t limit, uint8_t **bytes, size_t *size,
-                    struct stat *seen)
-{
-    int fd;
-    int rc = open_own(directory, name, &fd, seen);
-    if (rc == 0) {
-        rc = read_fd(fd, limit, bytes, size);
-        close(fd);
-    }
-    return rc;
-}
-
-/* Why a header (file: length bytes, the whole header file in format 2, the
- * whole entry in format 1) is not one of format's, or NULL; then *h is it. */
-static const char *check_header(const uint8_t *file, size_t length, uint32_t format,
-                                struct disk_header *h)
-{
-    if (length < sizeof *h)
-        return "shorter than its header";
-    memcpy(h, file, sizeof *h);
-    if (memcmp(h->magic, DISK_MAGIC, sizeof h->magic) != 0)
-        return "not a cache entry";
-    if (h->format != format)
-        return "of another format";
-    uint64_t named = sizeof *h + (uint64_t)h->space_length + h->key_length;
-    if (h->space_length > length || h->key_length > length ||
-        named + (format == 1 ? h->payload_length : 0) != length)
-        return "truncated or extended";
-    if (header_hash(h, (const char *)file + sizeof *h,
-                    (const char *)file + sizeof *h + h->space_length) != h->header_xxh3)
-        return "its header is damaged";
-    return NULL;
-}
-
-/* Whether a checked header is the one of space and key (not another key
- * with the same hash). */
-static int names(const struct disk_header *h, const uint8_t *file, const char *space,
-                 const char *key)
-{
-    size_t space_length = strlen(space), key_length = strlen(key);
-    return h->space_length == space_length && h->key_length == key_length &&
-           memcmp(file + sizeof *h, space, space_length) == 0 &&
-           memcmp(file + sizeof *h + space_length, key, key_length) == 0;
-}
-
-/* Removes one of the cache's files (name in directory), if it is still the
- * file seen: a file filed again under the name meanwhile (another thread or
- * mount rebuilt the entry: a new file, renamed into place) stays, and so
- * does anything that is not a regular file. */
-static void forget_file(zm_disk *disk, int directory, const char *name, const struct stat *seen)
-{
-    if (remove_seen(directory, name, seen) != 0)
-        return;
-    pthread_mutex_lock(&disk->lock);
-    disk->bytes_held =
-        disk->bytes_held > (uint64_t)seen->st_size ? disk->bytes_held - (uint64_t)seen->st_size : 0;
-    pthread_mutex_unlock(&disk->lock);
-}
-
-/* An entry found, its payload open and of the right length, not yet
- * checked against its hash. */
-struct found {
-    int space_fd; /* its space directory (-1: none open) */
-    char space_name[17], entry[24], data[48];
-    struct stat entry_seen, data_seen; /* the files read */
-    int fd;
-    uint64_t length, xxh3;
-};
-
-static void found_close(struct found *f)
-{
-    if (f->fd >= 0)
-        close(f->fd);
-    if (f->space_fd >= 0)
-        close(f->space_fd);
-    f->fd = f->space_fd = -1;
-}
-
-/* Removes a damaged entry (the files of it that were seen), its header
- * first. */
-static void forget_entry(zm_disk *disk, struct found *f, int with_data)
-{
-    forget_file(disk, f->space_fd, f->entry, &f->entry_seen);
-    if (with_data)
-        forget_file(disk, f->space_fd, f->data, &f->data_seen);
-    pthread_mutex_lock(&disk->lock);
-    disk->entries = disk->entries ? disk->entries - 1 : 0;
-    pthread_mutex_unlock(&disk->lock);
-}
-
-static int put_locked(zm_disk *disk, const char *space, const char *key, const void *bytes,
-                      size_t size, zm_err *err);
-
-/* Moves an entry of format 1 (header, names and payload in one file) to
- * the current format. 0 when there was one and it moved; -ENOENT when there
- * is none (or it was damaged: then it is removed). */
-static int migrate(zm_disk *disk, const char *space, const char *key)
-{
-    char space_name[17], entry[24];
-    names_of(space, key, space_name, entry);
-    int space_fd;
-    if (open_space(disk, "v1", space_name, 0, &space_fd) != 0)
-        return -ENOENT;
-    uint8_t *file;
-    size_t length;
-    struct stat seen;
-    if (read_own(space_fd, entry, (size_t)1 << 40, &file, &length, &seen) != 0) {
-        close(space_fd);
-        return -ENOENT;
-    }
-    struct disk_header h;
-    const char *why = check_header(file, length, 1, &h);
-    int ours = why == NULL && names(&h, file, space, key);
-    size_t offset = sizeof h + h.space_length + h.key_length;
-    if (why == NULL && XXH3_64bits(file + offset, h.payload_length) != h.payload_xxh3)
-        why = "damaged";
-    int rc = -ENOENT;
-    if (why == NULL && ours) {
-        zm_err ignored;
-        pthread_mutex_lock(&disk->put_lock);
-        rc = put_locked(disk, space, key, file + offset, (size_t)h.payload_length, &ignored);
-        pthread_mutex_unlock(&disk->put_lock);
-        if (rc == 0)
-            disk->migrated++;
-    }
-    if (why != NULL || rc == 0) {
-        /* Moved, or never to be served. */
-        forget_file(disk, space_fd, entry, &seen);
-        pthread_mutex_lock(&disk->lock);
-        disk->entries = disk->entries ? disk->entries - 1 : 0;
-        pthread_mutex_unlock(&disk->lock);
-    }
-    free(file);
-    close(space_fd);
-    return rc == 0 ? 0 : -ENOENT;
-}
-
-/* Finds an entry's header: checked and naming space and key (f->space_fd
- * open, f->entry, f->entry_seen, f->data, f->length, f->xxh3 set; close it
- * with found_close whatever the result). -ENOENT (none; also for a file by
- * its name that is not the cache's: never read), -EBADMSG (damaged:
- * removed, err says why), -errno. */
-static int find_header(zm_disk *disk, const char *space, const char *key, struct found *f,
-                       int migrated, zm_err *err)
-{
-    f->fd = -1;
-    f->space_fd = -1;
-    names_of(space, key, f->space_name, f->entry);
-    char path[4200];
-    describe(disk, DISK_FORMAT_NAME, f->space_name, f->entry, path, sizeof path);
-    int rc = open_space(disk, NULL, f->space_name, 0, &f->space_fd);
-    uint8_t *file = NULL;
-    size_t length = 0;
-    if (rc == 0)
-        rc = read_own(f->space_fd, f->entry, HEADER_MAX, &file, &length, &f->entry_seen);
-    if (rc == -ENOENT && !migrated && migrate(disk, space, key) == 0) {
-        found_close(f);
-        return find_header(disk, space, key, f, 1, err);
-    }
-    if (rc == -ENOENT)
-        return zm_err_set(err, -ENOENT, "%s: not in the cache", key);
-    if (rc == -ELOOP)
-        return zm_err_set(err, -ENOENT,
-                          "%s: not in the cache (%s is not the cache's file: left alone)", key,
-                          path);
-    struct disk_header h;
-    const char *why = rc == -EFBIG ? "longer than any header" : NULL;
-    if (rc != 0 && why == NULL)
-        return zm_err_set(err, rc, "cache entry %s: %s", path, strerror(-rc));
-    if (why == NULL)
-        why = check_header(file, length, DISK_FORMAT, &h);
-    if (why != NULL) {
-        free(file);
-        forget_entry(disk, f, 0);
-        disk->damaged++;
-        return zm_err_set(err, -EBADMSG, "cache entry %s was %s: removed", path, why);
-    }
-    int ours = names(&h, file, space, key);
-    free(file);
-    if (!ours) /* another key with the same hash: not ours (the put replaces it) */
-        return zm_err_set(err, -ENOENT, "%s: not in the cache", key);
-    data_name(f->entry, h.payload_xxh3, f->data);
-    f->length = h.payload_length;
-    f->xxh3 = h.payload_xxh3;
-    return 0;
-}
-
-/* Finds an entry: its header checked and naming space and key, its payload
- * opened and of the length the header gives. -ENOENT (none), -EBADMSG
- * (damaged: removed, err says why), -errno. found_close it in every case. */
-static int find(zm_disk *disk, const char *space, const char *key, struct found *f, int migrated,
-                zm_err *err)
-{
-    int rc = find_header(disk, space, key, f, migrated, err);
-    if (rc != 0)
-        return rc;
-    char path[4200];
-    describe(disk, DISK_FORMAT_NAME, f->space_name, f->data, path, sizeof path);
-    rc = open_own(f->space_fd, f->data, &f->fd, &f->data_seen);
-    if (rc == -ENOENT) {
-        /* Evicted under us, or removed by hand: the header names nothing. */
-        forget_entry(disk, f, 0);
-        return zm_err_set(err, -ENOENT, "%s: not in the cache", key);
-    }
-    if (rc == -ELOOP)
-        return zm_err_set(err, -ENOENT,
-                          "%s: not in the cache (%s is not the cache's file: left alone)", key,
-                          path);
-    if (rc != 0)
-        return zm_err_set(err, rc, "cache entry %s: %s", path, strerror(-rc));
-    if ((uint64_t)f->data_seen.st_size != f->length) {
-        close(f->fd);
-        f->fd = -1;
-        forget_entry(disk, f, 1);
-        disk->damaged++;
-        return zm_err_set(err, -EBADMSG, "cache entry %s was truncated or extended: removed", path);
-    }
-    return 0;
-}
-
-/* After a payload failed its hash: removed, never served. */
-static int damaged(zm_disk *disk, struct found *f, zm_err *err)
-{
-    close(f->fd);
-    f->fd = -1;
-    forget_entry(disk, f, 1);
-    disk->damaged++;
-    char path[4200];
-    describe(disk, DISK_FORMAT_NAME, f->space_name, f->data, path, sizeof path);
-    return zm_err_set(err, -EBADMSG, "cache entry %s: its bytes are damaged: removed", path);
-}
-
-/* Moves an entry's header's time (its last use, for eviction). */
-static void touch(int space_fd, const char *entry)
-{
-    (void)utimensat(space_fd, entry, NULL, AT_SYMLINK_NOFOLLOW);
-}
-
-int zm_disk_get(zm_disk *disk, const char *space, const char *key, uint8_t **bytes, size_t *size,
-                zm_err *err)
-{
-    *bytes = NULL;
-    *size = 0;
-    struct found f;
-    int rc = find(disk, space, key, &f, 0, err);
-    if (rc != 0) {
-        found_close(&f);
-        disk->misses++;
-        return rc;
-    }
-    uint8_t *payload;
-    size_t length;
-    rc = read_fd(f.fd, (size_t)f.length, &payload, &length);
-    if (rc == 0 && (length != f.length || XXH3_64bits(payload, length) != f.xxh3)) {
-        free(payload);
-        disk->misses++;
-        rc = damaged(disk, &f, err);
-        found_close(&f);
-        return rc;
-    }
-    if (rc != 0) {
-        char path[4200];
-        describe(disk, DISK_FORMAT_NAME, f.space_name, f.data, path, sizeof path);
-        found_close(&f);
-        disk->misses++;
-        return zm_err_set(err, rc, "cache entry %s: %s", path, strerror(-rc));
-    }
-    touch(f.space_fd, f.entry);
-    found_close(&f);
-    disk->hits++;
-    *bytes = payload;
-    *size = length;
-    return 0;
-}
-
-static uint64_t checked_key(const char *space, const char *key)
-{
-    XXH3_state_t *state = XXH3_createState();
-    if (state == NULL)
-        return 0;
-    XXH3_64bits_reset(state);
-    XXH3_64bits_update(state, space, strlen(space) + 1);
-    XXH3_64bits_update(state, key, strlen(key));
-    uint64_t hash = XXH3_64bits_digest(state) | 1; /* never 0 */
-    XXH3_freeState(state);
-    return hash;
-}
-
-static int same_file(const struct checked *c, const struct stat *st)
-{
-    return c->dev == st->st_dev && c->ino == st->st_ino && (uint64_t)st->st_size == c->length &&
-           c->mtime.tv_sec == st->st_mtim.tv_sec && c->mtime.tv_nsec == st->st_mtim.tv_nsec &&
-           c->ctime.tv_sec == st->st_ctim.tv_sec && c->ctime.tv_nsec == st->st_ctim.tv_nsec;
-}
-
-/* The slot of key (found, or the empty one where it would go); NULL when
- * there is no table. Under checked_lock. */
-static struct checked *checked_slot(zm_disk *disk, uint64_t key)
-{
-    if (disk->checked == NULL)
-        return NULL;
-    size_t i = key % CHECKED_SLOTS;
-    while (disk->checked[i].key != 0 && disk->checked[i].key != key)
-        i = (i + 1) % CHECKED_SLOTS;
-    return &disk->checked[i];
-}
-
-/* Whether key's payload was checked by this process; *c gets what it was. */
-static int checked_get(zm_disk *disk, uint64_t key, struct checked *c)
-{
-    pthread_mutex_lock(&disk->checked_lock);
-    struct checked *slot = checked_slot(disk, key);
-    int found = slot != NULL && slot->key == key;
-    if (found)
-        *c = *slot;
-    pthread_mutex_unlock(&disk->checked_lock);
-    return found;
-}
-
-static void checked_put(zm_disk *disk, const struct checked *c)
-{
-    pthread_mutex_lock(&disk->checked_lock);
-    if (disk->checked == NULL || disk->checked_count >= CHECKED_SLOTS / 2) {
-        free(disk->checked);
-        disk->checked = calloc(CHECKED_SLOTS, sizeof *disk->checked);
-        disk->checked_count = 0;
-    }
-    struct checked *slot = checked_slot(disk, c->key);
-    if (slot != NULL) {
-        if (slot->key == 0)
-            disk->checked_count++;
-        *slot = *c;
-    }
-    pthread_mutex_unlock(&disk->checked_lock);
-}
-
-/* Lends a payload checked earlier and unchanged since: 0, or -ENOENT when
- * it must be found and checked afresh. */
-static int lend_checked(zm_disk *disk, const char *space, const char *key, uint64_t id, int *fd,
-                        uint64_t *size)
-{
-    struct checked c;
-    if (!checked_get(disk, id, &c))
-        return -ENOENT;
-    char space_name[17], entry[24], data[48];
-    names_of(space, key, space_name, entry);
-    data_name(entry, c.xxh3, data);
-    int space_fd, opened;
-    struct stat st;
-    if (open_space(disk, NULL, space_name, 0, &space_fd) != 0)
-        return -ENOENT;
-    if (open_own(space_fd, data, &opened, &st) != 0 || !same_file(&c, &st)) {
-        if (opened >= 0)
-            close(opened);
-        close(space_fd);
-        return -ENOENT;
-    }
-    time_t now = time(NULL);
-    if (now - c.touched >= TOUCH_SECONDS) {
-        touch(space_fd, entry);
-        c.touched = now;
-        checked_put(disk, &c);
-    }
-    close(space_fd);
-    *fd = opened;
-    *size = c.length;
-    return 0;
-}
-
-int zm_disk_open_entry(zm_disk *disk, const char *space, const char *key, int *fd, uint64_t *size,
-                       zm_err *err)
-{
-    *fd = -1;
-    *size = 0;
-    uint64_t id = checked_key(space, key);
-    if (lend_checked(disk, space, key, id, fd, size) == 0) {
-        disk->hits++;
-        return 0;
-    }
-    struct found f;
-    int rc = find(disk, space, key, &f, 0, err);
-    if (rc != 0) {
-        found_close(&f);
-        disk->misses++;
-        return rc;
-    }
-    char path[4200];
-    describe(disk, DISK_FORMAT_NAME, f.space_name, f.data, path, sizeof path);
-    /* Remembered as it was before it was read (f.data_seen): a write during
-     * the check moved its ctime, and the next open checks it again. */
-    if (f.length > 0) {
-        /* Checked where it lies: mapped, not copied. */
-        void *map = mmap(NULL, (size_t)f.length, PROT_READ, MAP_SHARED | MAP_POPULATE, f.fd, 0);
-        if (map == MAP_FAILED) {
-            rc = -errno;
-            found_close(&f);
-            disk->misses++;
-            return zm_err_set(err, rc, "cache entry %s: %s", path, strerror(-rc));
-        }
-        uint64_t hash = XXH3_64bits(map, (size_t)f.length);
-        munmap(map, (size_t)f.length);
-        if (hash != f.xxh3) {
-            disk->misses++;
-            rc = damaged(disk, &f, err);
-            found_close(&f);
-            return rc;
-        }
-    }
-    touch(f.space_fd, f.entry);
-    struct checked c = {id,
-                        f.length,
-                        f.xxh3,
-                        f.data_seen.st_dev,
-                        f.data_seen.st_ino,
-                        f.data_seen.st_mtim,
-                        f.data_seen.st_ctim,
-                        time(NULL)};
-    checked_put(disk, &c);
-    disk->hits++;
-    *fd = f.fd;
-    *size = f.length;
-    f.fd = -1;
-    found_close(&f);
-    return 0;
-}
-
-int zm_disk_size(zm_disk *disk, const char *space, const char *key, uint64_t *size)
-{
-    struct found f;
-    zm_err ignored;
-    int rc = find_header(disk, space, key, &f, 0, &ignored);
-    if (rc == 0)
-        *size = f.length;
-    found_close(&f);
-    return rc;
-}
-
-/* ---- Eviction ------------------------------------------------------------------------ */
-
-/* One of the cache's files as eviction sees it: grouped by entry (current
- * format: a header and its payloads, by key hash), a file of another
- * format alone. */
-struct aged {
-    char format_name[12], space_name[17], name[48];
-    char stem[17]; /* key hash (current format), "" otherwise */
-    int kind;
-    uint64_t size;
-    dev_t dev;
-    ino_t ino;
-    struct timespec used; /* the header's time: touched on every read */
-    int old_format;
-};
-
-struct aged_list {
-    struct aged *items;
-    size_t count, capacity;
-};
-
-static void collect_file(void *context, const struct visit *v)
-{
-    struct aged_list *l = context;
-    if (v->kind == K_TEMPORARY)
-        return;
-    if (l->count == l->capacity) {
-        size_t capacity = l->capacity ? l->capacity * 2 : 256;
-        struct aged *grown = realloc(l->items, capacity * sizeof *grown);
-        if (grown == NULL)
-            return;
-        l->items = grown;
-        l->capacity = capacity;
-    }
-    int current = v->format == DISK_FORMAT;
-    struct aged *a = &l->items[l->count++];
-    memset(a, 0, sizeof *a);
-    snprintf(a->format_name, sizeof a->format_name, "%s", v->format_name);
-    snprintf(a->space_name, sizeof a->space_name, "%s", v->space_name);
-    snprintf(a->name, sizeof a->name, "%s", v->name);
-    a->kind = v->kind;
-    a->size = (uint64_t)v->st->st_size;
-    a->dev = v->st->st_dev;
-    a->ino = v->st->st_ino;
-    a->used = v->st->st_mtim;
-    a->old_format = !current;
-    if (current)
-        memcpy(a->stem, v->stem, sizeof a->stem);
-}
-
-/* Files of one group side by side: same directory, same stem, the header
- * first. */
-static int by_group(const void *a, const void *b)
-{
-    const struct aged *x = a, *y = b;
-    int c = strcmp(x->format_name, y->format_name);
-    if (c == 0)
-        c = strcmp(x->space_name, y->space_name);
-    if (c == 0)
-        c = strcmp(x->stem, y->stem);
-    if (c == 0 && x->stem[0] == '\0')
-        c = strcmp(x->name, y->name);
-    if (c == 0)
-        c = (x->kind != K_ENTRY) - (y->kind != K_ENTRY);
-    return c;
-}
-
-/* Whether b belongs to a's entry: the same key hash in the same directory. */
-static int same_group(const struct aged *a, const struct aged *b)
-{
-    return a->stem[0] != '\0' && strcmp(a->stem, b->stem) == 0 &&
-           strcmp(a->space_name, b->space_name) == 0 && strcmp(a->format_name, b->format_name) == 0;
-}
-
-static int later(const struct timespec *a, const struct timespec *b)
-{
-    return a->tv_sec != b->tv_sec ? a->tv_sec > b->tv_sec : a->tv_nsec > b->tv_nsec;
-}
-
-struct group {
-    size_t first, count; /* in the sorted list */
-    uint64_t size;
-    struct timespec used;
-    int old_format;
-};
-
-static int by_age(const void *a, const void *b)
-{
-    const struct group *x = a, *y = b;
-    if (x->old_format != y->old_format)
-        return y->old_format - x->old_format; /* other formats first */
-    if (x->used.tv_sec != y->used.tv_sec)
-        return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
-    return (x->used.tv_nsec > y->used.tv_nsec) - (x->used.tv_nsec < y->used.tv_nsec);
-}
-
-/* Removes a group's files, the header first (sorted first): the entry is
- * gone once it is. Whether they are all gone; a file that is no longer the
- * one seen (refiled meanwhile) stays, and so do the rest of its group. */
-static int remove_group(zm_disk *disk, const struct aged *items, const struct group *g)
-{
-    const struct aged *first = &items[g->first];
-    int format_fd, space_fd;
-    if (open_directory(disk->directory_fd, first->format_name, 0, &format_fd) != 0)
-        return 0;
-    int rc = open_directory(format_fd, first->space_name, 0, &space_fd);
-    close(format_fd);
-    if (rc != 0)
-        return 0;
-    int gone = 1;
-    for (size_t i = g->first; gone && i < g->first + g->count; i++) {
-        struct stat seen = {0};
-        seen.st_dev = items[i].dev;
-        seen.st_ino = items[i].ino;
-        if (remove_seen(space_fd, items[i].name, &seen) != 0)
-            gone = 0;
-    }
-    close(space_fd);
-    return gone;
-}
-
-/* Removes the least recently used entries until the cache holds at most
- * target bytes, counting what is really on disk (other mounts write too). */
-static void evict_to(zm_disk *disk, uint64_t target)
-{
-    struct aged_list l = {NULL, 0, 0};
-    walk_files(disk, collect_file, &l);
-    if (l.count > 0)
-        qsort(l.items, l.count, sizeof *l.items, by_group);
-    struct group *groups = malloc((l.count ? l.count : 1) * sizeof *groups);
-    size_t group_count = 0;
-    uint64_t total = 0;
-    for (size_t i = 0; groups != NULL && i < l.count;) {
-        size_t j = i + 1;
-        while (j < l.count && same_group(&l.items[i], &l.items[j]))
-            j++;
-        struct group g = {i, j - i, 0, l.items[i].used, l.items[i].old_format};
-        for (size_t at = i; at < j; at++) {
-            const struct aged *a = &l.items[at];
-            g.size += a->size;
-            /* The header says when the entry was last used; payloads with
-             * none, when they were written. */
-            if (l.items[i].kind != K_ENTRY && later(&a->used, &g.used))
-                g.used = a->used;
-        }
-        total += g.size;
-        groups[group_count++] = g;
-        i = j;
-    }
-    if (groups != NULL && group_count > 0)
-        qsort(groups, group_count, sizeof *groups, by_age);
-    size_t removed = 0, entries = 0;
-    for (size_t g = 0; g < group_count; g++) {
-        int header = l.items[groups[g].first].kind == K_ENTRY || groups[g].old_format;
-        entries += header;
-        if (total <= target)
-            continue;
-        if (remove_group(disk, l.items, &groups[g])) {
-            total -= groups[g].size;
-            removed += header;
-            entries -= header;
-        }
-    }
-    free(l.items);
-    free(groups);
-    pthread_mutex_lock(&disk->lock);
-    disk->bytes_held = total;
-    disk->entries = entries;
-    pthread_mutex_unlock(&disk->lock);
-    disk->evictions += removed;
-}
-
-/* ---- Writing -------------------------------------------------------------------------- */
-
-int zm_disk_put(zm_disk *disk, const char *space, const char *key, const void *bytes, size_t size,
-                zm_err *err)
-{
-    pthread_mutex_lock(&disk->put_lock);
-    int rc = put_locked(disk, space, key, bytes, size, err);
-    pthread_mutex_unlock(&disk->put_lock);
-    return rc;
-}
-
-/* Writes parts to a new temporary file in the space directory and renames
- * it to name there. */
-static int write_file(zm_disk *disk, int space_fd, const char *space_name, const char *name,
-                      const void *const *parts, const size_t *lengths, int count, zm_err *err)
-{
-    char temporary[64], path[4200];
-    snprintf(temporary, sizeof temporary, "tmp.%d.%" PRIu64, (int)getpid(),
-             (uint64_t)++disk->temporary);
-    describe(disk, DISK_FORMAT_NAME, space_name, temporary, path, sizeof path);
-    int fd =
-        openat(space_fd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return zm_err_set(err, -errno, "cannot write to the cache (%s): %s", path, strerror(errno));
-    int rc = 0;
-    for (int i = 0; rc == 0 && i < count; i++) {
-        size_t done = 0;
-        while (rc == 0 && done < lengths[i]) {
-            ssize_t n = write(fd, (const uint8_t *)parts[i] + done, lengths[i] - done);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0)
-                rc = zm_err_set(err, n < 0 ? -errno : -EIO, "cannot write to the cache (%s): %s",
-                                path, n < 0 ? strerror(errno) : "no space written");
-            else
-                done += (size_t)n;
-        }
-    }
-    if (close(fd) != 0 && rc == 0)
-        rc = zm_err_set(err, -errno, "cannot write to the cache (%s): %s", path, strerror(errno));
-    if (rc == 0 && renameat(space_fd, temporary, space_fd, name) != 0) {
-        describe(disk, DISK_FORMAT_NAME, space_name, name, path, sizeof path);
-        rc = zm_err_set(err, -errno, "cannot file a cache entry (%s): %s", path, strerror(errno));
-    }
-    if (rc != 0)
-        unlinkat(space_fd, temporary, 0);
-    return rc;
-}
-
-static int put_in_space(zm_disk *disk, int space_fd, const char *space_name, const char *entry,
-                        const char *space, const char *key, const void *bytes, size_t size,
-                        uint64_t total, zm_err *err)
-{
-    size_t space_length = strlen(space), key_length = strlen(key);
-    struct disk_header h;
-    memset(&h, 0, sizeof h);
-    memcpy(h.magic, DISK_MAGIC, sizeof h.magic);
-    h.format = DISK_FORMAT;
-    h.space_length = (uint32_t)space_length;
-    h.key_length = (uint32_t)key_length;
-    h.payload_length = size;
-    h.payload_xxh3 = XXH3_64bits(bytes, size);
-    h.header_xxh3 = header_hash(&h, space, key);
-    char data[48], previous_data[48] = "", path[4200];
-    data_name(entry, h.payload_xxh3, data);
-
-    /* Only the cache's own files are replaced: a name taken by anything
-     * else (a symbolic link, a directory) is left alone and the entry not
-     * kept. */
-    struct stat st;
-    const char *taken = !replaceable(space_fd, entry, &st)  ? entry
-                        : !replaceable(space_fd, data, &st) ? data
-                                                            : NULL;
-    if (taken != NULL) {
-        describe(disk, DISK_FORMAT_NAME, space_name, taken, path, sizeof path);
-        return zm_err_set(err, -EEXIST,
-                          "%s is not the cache's file (not a regular file): left "
-                          "alone, the entry not kept",
-                          path);
-    }
-
-    /* What it replaces, to count and to remove once replaced. */
-    uint64_t replaced = 0;
-    int replacing = 0;
-    int fd;
-    if (open_own(space_fd, entry, &fd, &st) == 0) {
-        replacing = 1;
-        replaced += (uint64_t)st.st_size;
-        struct disk_header old;
-        if (pread(fd, &old, sizeof old, 0) == (ssize_t)sizeof old) {
-            data_name(entry, old.payload_xxh3, previous_data);
-            if (strcmp(previous_data, data) == 0 ||
-                fstatat(space_fd, previous_data, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-                !S_ISREG(st.st_mode))
-                previous_data[0] = '\0';
-            else
-                replaced += (uint64_t)st.st_size;
-        }
-        close(fd);
-    }
-    uint64_t same_payload =
-        fstatat(space_fd, data, &st, AT_SYMLINK_NOFOLLOW) == 0 ? (uint64_t)st.st_size : 0;
-
-    /* The payload first, the header last: the entry exists once it does. */
-    const void *payload_parts[1] = {bytes};
-    size_t payload_lengths[1] = {size};
-    int rc = write_file(disk, space_fd, space_name, data, payload_parts, payload_lengths, 1, err);
-    const void *header_parts[3] = {&h, space, key};
-    size_t header_lengths[3] = {sizeof h, space_length, key_length};
-    if (rc == 0)
-        rc = write_file(disk, space_fd, space_name, entry, header_parts, header_lengths, 3, err);
-    if (rc != 0)
-        return rc;
-    if (previous_data[0] && replaceable(space_fd, previous_data, &st))
-        unlinkat(space_fd, previous_data, 0);
-    pthread_mutex_lock(&disk->lock);
-    disk->bytes_held += total;
-    replaced += same_payload;
-    disk->bytes_held = disk->bytes_held > replaced ? disk->bytes_held - replaced : 0;
-    if (!replacing)
-        disk->entries++;
-    pthread_mutex_unlock(&disk->lock);
-    disk->writes++;
-    return 0;
-}
-
-static int put_locked(zm_disk *disk, const char *space, const char *key, const void *bytes,
-                      size_t size, zm_err *err)
-{
-    size_t space_length = strlen(space), key_length = strlen(key);
-    uint64_t header_size = sizeof(struct disk_header) + space_length + key_length;
-    uint64_t total = header_size + size;
-    if (total > disk->capacity)
-        return zm_err_set(err, -EFBIG, "%s: %" PRIu64 " bytes do not fit a %" PRIu64 "-byte cache",
-                          key, total, disk->capacity);
-    if (header_size > HEADER_MAX)
-        return zm_err_set(err, -ENAMETOOLONG, "%s: a key of %zu bytes is too long for the cache",
-                          key, key_length);
-    pthread_mutex_lock(&disk->lock);
-    int over = disk->bytes_held + total > disk->capacity;
-    pthread_mutex_unlock(&disk->lock);
-    if (over)
-        evict_to(disk, disk->capacity / 100 * EVICT_TO_PERCENT > total
-                           ? disk->capacity / 100 * EVICT_TO_PERCENT - total
-                           : 0);
-
-    char space_name[17], entry[24];
-    names_of(space, key, space_name, entry);
-    int space_fd;
-    int rc = open_space(disk, NULL, space_name, 1, &space_fd);
-    if (rc == -ELOOP)
-        return zm_err_set(err, -EEXIST,
-                          "%s/%s/%s is not the cache's directory (a symbolic link or "
-                          "a file): left alone, the entry not kept",
-                          disk->directory, DISK_FORMAT_NAME, space_name);
-    if (rc != 0)
-        return zm_err_set(err, rc, "cannot make the cache directory %s/%s/%s: %s", disk->directory,
-                          DISK_FORMAT_NAME, space_name, strerror(-rc));
-    rc = put_in_space(disk, space_fd, space_name, entry, space, key, bytes, size, total, err);
-    close(space_fd);
-    return rc;
 }
 
 void zm_disk_get_stats(zm_disk *disk, zm_disk_stats *stats)

@@ -150,6 +150,33 @@ static inline uint64_t zm__le(const uint8_t *p, unsigned size)
     return v;
 }
 
+/* ---- The direct path's pieces (read.c, read_chunked.c) ----------------------- */
+
+/* Rows along the first dimension (1 for a scalar). */
+uint64_t zm__row_count(const zm_array *array);
+/* Reverses the bytes of each of count values of size bytes. */
+void zm__swap_bytes(uint8_t *bytes, size_t count, size_t size);
+/* count values of the array's fill value. */
+void zm__fill_values(uint8_t *bytes, size_t count, const zm_array *array);
+/* Every value within [value_min, value_limit) (zm__array_check_values);
+ * EIO naming the first one outside. */
+int zm__check_values(const zm_array *array, const void *values, uint64_t count, zm_err *err);
+/* Whether values are checked as their chunks are decoded (on the pool, each
+ * chunk once) rather than after a read. */
+int zm__checked_at_decode(const zm_array *array);
+/* Ranges ascending, not overlapping, within the array's rows (an empty one
+ * anywhere); EINVAL if not. */
+int zm__check_ranges(const zm_array *array, const zm_range *ranges, size_t count, zm_err *err);
+/* Turns ascending rows into ranges of consecutive rows (*ranges malloc'd). */
+int zm__rows_to_ranges(const zm_array *array, const uint64_t *rows, size_t count,
+                       zm_range **ranges, size_t *range_count, zm_err *err);
+/* Past this many pieces, HDF5-path reads take the whole span instead. */
+#define ZM__MANY_RANGES 32
+/* Gathers ranges of a chunked array on the direct path (read_chunked.c):
+ * range i to row out_row[i] of out. */
+int zm__gather_chunked(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
+                       const uint64_t *out_row, uint8_t *out, unsigned flags, zm_err *err);
+
 /* ---- A chunk index in one pass (btree.c) ------------------------------------ */
 
 /* Fills entries of the array's chunk index (allocated) from its version 1
@@ -200,7 +227,7 @@ void zm__element_shape_from(zm_element *element, const zm_array *array);
 /* Orders a dict's children by name. */
 void zm__element_sort_children(zm_element *element);
 
-/* ---- HDF5 helpers (hdf5.c); call with the HDF5 lock held --------------------- */
+/* ---- HDF5 helpers (hdf5.c; arrays: hdf5_array.c); call with the HDF5 lock held - */
 
 /* Describes a dataset (or one member of a compound dataset) as an array and
  * registers it with the source. presented_transposed: a 2-d dataset shown
@@ -246,8 +273,16 @@ int zm__h5_attribute_reference(hid_t location, const char *object, const char *n
 int zm__h5_list(hid_t location, const char *group, zm_strings *names);
 /* The members of a compound dataset. */
 int zm__h5_compound_members(hid_t location, const char *dataset, zm_strings *names);
+/* Reads count strings of an attribute or dataset selection of the given file
+ * type into *out. reader(buffer, memtype) does the read. */
+typedef herr_t (*zm__string_reader)(void *context, hid_t memtype, void *buffer);
+int zm__read_strings(hid_t file_type, size_t count, zm__string_reader reader, void *context,
+                     hid_t space_for_reclaim, zm_strings *out);
+/* The memory type of one value as reads return it (hdf5_array.c): native
+ * order and the presented size. */
+hid_t zm__value_memory_type(hid_t stored_type);
 
-/* HDF5-path reads (hdf5.c); they take the HDF5 lock themselves. */
+/* HDF5-path reads (hdf5_read.c); they take the HDF5 lock themselves. */
 int zm__h5_read_ranges(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
                        void *out, zm_err *err);
 int zm__h5_read_strings(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
