@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "select/bignum.h"
+#include "text/bignum.h"
 #include "zarrmount/select.h"
 
 /* ---- helpers ------------------------------------------------------------ */

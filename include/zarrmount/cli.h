@@ -1,5 +1,8 @@
-/* zarrmount cli: the command line. `zarrmount select` runs the selection
- * kernel on one JSON request (docs/select-contract.md gives the contract). */
+/* zarrmount cli: the command line's commands. select, inspect and stats are
+ * libzarrmount-cli's (src/cli/), apart from the library; export and explain
+ * are still defined beside the tree they drive. `zarrmount select` runs the
+ * selection kernel on one JSON request (docs/select-contract.md gives the
+ * contract). */
 #ifndef ZARRMOUNT_CLI_H
 #define ZARRMOUNT_CLI_H
 
@@ -53,5 +56,18 @@ int zm_inspect_main(int argc, char **argv, FILE *out);
  * mount's counters (MOUNTPOINT/.zarrmount/stats.json) as a table, as the
  * JSON, or redrawn every second until interrupted. Returns the exit code. */
 int zm_stats_main(int argc, char **argv, FILE *out);
+
+/* `zarrmount export SOURCE VIEW DIRECTORY`: writes one view ("full",
+ * "uniform/seed0/k=1000", ...) as a Zarr directory store, the same bytes a
+ * mount serves, without FUSE. codec NULL: the default. Returns the exit
+ * status (0, 1 on failure, 2 for a bad source or view), saying why on
+ * stderr. */
+int zm_fs_export(const char *source, const char *view, const char *directory, const char *codec,
+                 unsigned threads, uint64_t chunk_bytes);
+
+/* `zarrmount explain SOURCE PATH [--json]` or `zarrmount explain MNT/PATH
+ * [--json]` (argv after "explain"): what a path is, or why it does not
+ * exist (exit 2), resolved without reading a chunk. */
+int zm_fs_explain(int argc, char **argv);
 
 #endif

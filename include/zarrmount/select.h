@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "zarrmount/error.h"
+#include "zarrmount/text.h" /* zm_shortest_decimal: a binary64 share as text */
 
 #define ZM_SPEC_VERSION 1
 #define ZM_N_MAX UINT32_MAX           /* the most cells a dataset may have */
@@ -51,15 +52,6 @@ int zm_size_from_text(const char *text, zm_share_kind kind, uint64_t n, uint64_t
  * round-trip decimal (zm_shortest_decimal), then exactly. */
 int zm_size_from_binary64(double share, zm_share_kind kind, uint64_t n, uint64_t *k,
                           zm_err *err);
-
-/* Writes the shortest round-trip decimal of a finite x into buf: the fewest
- * significant digits whose text reads back as x under correctly rounded
- * conversion, and among those the nearest to x, the one with the even last
- * digit when two are as near (JavaScript String(x), Python repr(x) digits).
- * Format: Python repr style ("0.35", "5.960464477539063e-08", "1e+22", "-0.0").
- * Returns the length written, or -EINVAL for a non-finite x, -ERANGE if buf
- * (cap bytes, NUL included) is too small; 32 bytes always suffice. */
-int zm_shortest_decimal(double x, char *buf, size_t cap);
 
 /* Reads decimal text as the nearest binary64 (ties to even), independently of
  * the C library: correctly rounded for any number of digits. Accepts an

@@ -85,7 +85,7 @@ int zm__daemon_fork(int *report, zm_err *err)
 void zm__daemon_detach(int report)
 {
     if (chdir("/") != 0)
-        zm__log(LOG_WARNING, "cannot change directory to /: %s", strerror(errno));
+        zm_log(LOG_WARNING, "cannot change directory to /: %s", strerror(errno));
     int null_fd = open("/dev/null", O_RDWR);
     if (null_fd >= 0) {
         dup2(null_fd, STDIN_FILENO);

@@ -13,7 +13,8 @@
 #include <unistd.h>
 
 #include "fs/tree.h"
-#include "zarrmount/fs.h"
+#include "zarrmount/cli.h"
+#include "zarrmount/text.h"
 
 #define EXIT_REFUSED 2
 
@@ -197,8 +198,8 @@ int zm_fs_explain(int argc, char **argv)
         char *shown = malloc(strlen(path) + 1);
         char reason[ZM_REASON_MAX];
         if (shown != NULL)
-            zm__utf8_copy(shown, strlen(path) + 1, path);
-        zm__utf8_copy(reason, sizeof reason, err.reason);
+            zm_text_utf8_copy(shown, strlen(path) + 1, path);
+        zm_text_utf8_copy(reason, sizeof reason, err.reason);
         json_t *refusal = json_pack("{s:s, s:s, s:s}", "path", shown ? shown : "", "kind", "refused",
                                     "reason", reason);
         free(shown);

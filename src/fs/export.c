@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "fs/tree.h"
-#include "zarrmount/fs.h"
+#include "zarrmount/cli.h"
 
 struct walk {
     zm_tree *tree;

@@ -173,7 +173,7 @@ static void zm__trace(fuse_req_t req, const char *fmt, ...)
     const zm__fs *fs = fuse_req_userdata(req);
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    zm__log(LOG_DEBUG, "pid %d: %s (%.3f ms, at %.6f s)", (int)fuse_req_ctx(req)->pid, line,
+    zm_log(LOG_DEBUG, "pid %d: %s (%.3f ms, at %.6f s)", (int)fuse_req_ctx(req)->pid, line,
             1e3 * zm__seconds_between(&zm__request_began, &now),
             zm__seconds_between(&fs->began, &now));
 }
@@ -400,13 +400,13 @@ static void zm__widen_readahead(const char *mountpoint)
     snprintf(path, sizeof path, "/sys/class/bdi/%s/read_ahead_kb", device);
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0) {
-        zm__log(LOG_DEBUG, "readahead stays at the kernel's default (%s: %s)", path, strerror(errno));
+        zm_log(LOG_DEBUG, "readahead stays at the kernel's default (%s: %s)", path, strerror(errno));
         return;
     }
     char value[32];
     int n = snprintf(value, sizeof value, "%u\n", ZM__MAX_READ / 1024);
     if (write(fd, value, (size_t)n) != n)
-        zm__log(LOG_DEBUG, "readahead stays at the kernel's default (%s: %s)", path, strerror(errno));
+        zm_log(LOG_DEBUG, "readahead stays at the kernel's default (%s: %s)", path, strerror(errno));
     close(fd);
 }
 
@@ -702,7 +702,7 @@ static int zm__open_passthrough(zm__fs *fs, fuse_req_t req, uint64_t inode, int 
             id = zm__backing_open(fs->session, fd);
             close(fd);
             if (id < 0 && atomic_exchange(&fs->backing_refused, 1) == 0)
-                zm__log(LOG_WARNING, "the kernel refused FUSE passthrough (%s): the daemon serves "
+                zm_log(LOG_WARNING, "the kernel refused FUSE passthrough (%s): the daemon serves "
                         "every read", strerror(-id));
         }
         mode = id > 0 ? ZM__OPEN_PASSTHROUGH : ZM__OPEN_CACHED;
@@ -1308,7 +1308,7 @@ static void zm__warn_hidden_source(const char *source, mode_t file_mode)
         int group_kept_out = (file_mode & S_IRGRP) && !(st.st_mode & S_IXGRP);
         int others_kept_out = (file_mode & S_IROTH) && !(st.st_mode & S_IXOTH);
         if (group_kept_out || others_kept_out) {
-            zm__log(LOG_WARNING, "allow_other: %s keeps %s out of the source, but the mount shows "
+            zm_log(LOG_WARNING, "allow_other: %s keeps %s out of the source, but the mount shows "
                     "the file's own bits (%04o): through the mount they can read it (chmod the "
                     "source to say who may)", shown, others_kept_out ? "other users" : "its group",
                     (unsigned)(file_mode & 07777));
@@ -1340,7 +1340,7 @@ static void zm__choose_modes(zm__fs *fs)
 static void zm__log_progress(void *context, const char *line)
 {
     (void)context;
-    zm__log(LOG_INFO, "%s", line);
+    zm_log(LOG_INFO, "%s", line);
 }
 
 /* Opening the tree (the source, its structure, the disk cache) runs on a
@@ -1374,7 +1374,7 @@ static void *zm__open_tree_thread(void *arg)
 
 static _Noreturn void zm__stopped_while_opening(const char *source, int signal_number)
 {
-    zm__log(LOG_ERR, "stopped by signal %d (%s) while opening %s: nothing was mounted",
+    zm_log(LOG_ERR, "stopped by signal %d (%s) while opening %s: nothing was mounted",
             signal_number, strsignal(signal_number), source);
     /* Die of the signal itself, so that whoever waits sees why. */
     signal(signal_number, SIG_DFL);
@@ -1437,7 +1437,7 @@ static int zm__open_tree(zm__fs *fs, zm_err *err)
     const char *const *skipped;
     size_t skipped_count = rc == 0 ? zm__tree_skipped(fs->tree, &skipped) : 0;
     for (size_t i = 0; i < skipped_count; i++)
-        zm__log(LOG_NOTICE, "%s: left out: %s", config->source, skipped[i]);
+        zm_log(LOG_NOTICE, "%s: left out: %s", config->source, skipped[i]);
     return rc;
 }
 
@@ -1450,7 +1450,7 @@ static void zm__drop_kernel_cache(zm__fs *fs)
     uint64_t *numbers = NULL;
     size_t count = 0;
     if (zm__inodes_numbers(fs->inodes, &numbers, &count) != 0) {
-        zm__log(LOG_WARNING, "out of memory listing inodes: cached pages stay until remount");
+        zm_log(LOG_WARNING, "out of memory listing inodes: cached pages stay until remount");
         return;
     }
     for (size_t i = 0; i < count; i++)
@@ -1478,7 +1478,7 @@ static void *zm__watch_source(void *arg)
     const char *source = fs->config.source;
     int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
     if (fd < 0) {
-        zm__log(LOG_WARNING, "cannot watch %s for changes (%s): reads still check it",
+        zm_log(LOG_WARNING, "cannot watch %s for changes (%s): reads still check it",
                 source, strerror(errno));
         return NULL;
     }
@@ -1494,7 +1494,7 @@ static void *zm__watch_source(void *arg)
                                       IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE)
                   : -1;
     if (file_watch < 0 || directory_watch < 0)
-        zm__log(LOG_WARNING, "cannot watch %s for changes (%s): reads still check it", source,
+        zm_log(LOG_WARNING, "cannot watch %s for changes (%s): reads still check it", source,
                 strerror(errno));
     _Alignas(struct inotify_event) char events[4096];
     while (file_watch >= 0 || directory_watch >= 0) {
@@ -1535,7 +1535,7 @@ static void zm__start_watcher(zm__fs *fs, struct fuse_session *session)
 {
     fs->session = session;
     if (pipe2(fs->watcher_stop, O_CLOEXEC) != 0) {
-        zm__log(LOG_WARNING, "cannot watch %s for changes (%s): reads still check it",
+        zm_log(LOG_WARNING, "cannot watch %s for changes (%s): reads still check it",
                 fs->config.source, strerror(errno));
         return;
     }
@@ -1547,7 +1547,7 @@ static void zm__start_watcher(zm__fs *fs, struct fuse_session *session)
     if (!fs->watching) {
         close(fs->watcher_stop[0]);
         close(fs->watcher_stop[1]);
-        zm__log(LOG_WARNING, "cannot watch %s for changes: reads still check it",
+        zm_log(LOG_WARNING, "cannot watch %s for changes: reads still check it",
                 fs->config.source);
     }
 }
@@ -1558,7 +1558,7 @@ static void zm__stop_watcher(zm__fs *fs)
         return;
     char byte = 1;
     if (write(fs->watcher_stop[1], &byte, 1) != 1)
-        zm__log(LOG_WARNING, "cannot stop the source watcher: %s", strerror(errno));
+        zm_log(LOG_WARNING, "cannot stop the source watcher: %s", strerror(errno));
     pthread_join(fs->watcher, NULL);
     close(fs->watcher_stop[0]);
     close(fs->watcher_stop[1]);
@@ -1583,7 +1583,7 @@ static int zm__handshake(zm__fs *fs, struct fuse_session *session)
     int wanted = fs->config.passthrough;
     int offer = wanted && geteuid() == 0 && zm__backings_create(&fs->backings) == 0;
     if (wanted && geteuid() != 0)
-        zm__log(LOG_WARNING, "passthrough=on needs root (the kernel lends backing files to "
+        zm_log(LOG_WARNING, "passthrough=on needs root (the kernel lends backing files to "
                 "CAP_SYS_ADMIN only): the daemon serves every read");
     /* Read by the init operation, which libfuse calls while answering. */
     fs->passthrough = offer;
@@ -1591,10 +1591,10 @@ static int zm__handshake(zm__fs *fs, struct fuse_session *session)
     int rc = zm__passthrough_handshake(session, offer, &granted);
     fs->passthrough = granted;
     if (offer && !granted)
-        zm__log(LOG_WARNING, "passthrough=on: this kernel has no FUSE passthrough (Linux 6.9 or "
+        zm_log(LOG_WARNING, "passthrough=on: this kernel has no FUSE passthrough (Linux 6.9 or "
                 "later has): the daemon serves every read");
     if (granted)
-        zm__log(LOG_INFO, "passthrough: files the disk cache holds are read by the kernel from it");
+        zm_log(LOG_INFO, "passthrough: files the disk cache holds are read by the kernel from it");
     return rc;
 }
 
@@ -1638,26 +1638,26 @@ static int zm__serve(zm__fs *fs, int report)
     struct fuse_session *session =
         fuse_session_new(&config->fuse_args, &zm__operations, sizeof zm__operations, fs);
     if (session == NULL) {
-        zm__log(LOG_ERR, "%s", zm__fuse_reason("cannot start a FUSE session"));
+        zm_log(LOG_ERR, "%s", zm__fuse_reason("cannot start a FUSE session"));
         goto done;
     }
     int rc = zm__inodes_create(&fs->inodes);
     if (rc == 0)
         rc = zm__open_tree(fs, &err);
     if (rc != 0) {
-        zm__log(LOG_ERR, "%s",
+        zm_log(LOG_ERR, "%s",
                 rc == -ENOMEM && err.reason[0] == '\0' ? "out of memory" : err.reason);
         status = rc == -ENOMEM ? ZM__EXIT_FAILURE : ZM__EXIT_REFUSED;
         goto done;
     }
     status = ZM__EXIT_FAILURE;
     if (fuse_set_signal_handlers(session) != 0) {
-        zm__log(LOG_ERR, "%s", zm__fuse_reason("cannot install the signal handlers"));
+        zm_log(LOG_ERR, "%s", zm__fuse_reason("cannot install the signal handlers"));
         goto done;
     }
     handlers = 1;
     if (fuse_session_mount(session, config->mountpoint) != 0) {
-        zm__log(LOG_ERR, "cannot mount at %s: %s", config->mountpoint,
+        zm_log(LOG_ERR, "cannot mount at %s: %s", config->mountpoint,
                 zm__fuse_reason("mount failed"));
         goto done;
     }
@@ -1668,9 +1668,9 @@ static int zm__serve(zm__fs *fs, int report)
         report = -1;
     } else if (chdir("/") != 0) {
         /* Not fatal: only keeps the directory busy. */
-        zm__log(LOG_WARNING, "cannot change directory to /: %s", strerror(errno));
+        zm_log(LOG_WARNING, "cannot change directory to /: %s", strerror(errno));
     }
-    zm__log(LOG_INFO, "serving %s at %s", config->source, config->mountpoint);
+    zm_log(LOG_INFO, "serving %s at %s", config->source, config->mountpoint);
 
     fs->session = session;
     rc = zm__handshake(fs, session);
@@ -1680,7 +1680,7 @@ static int zm__serve(zm__fs *fs, int report)
      * what it makes is in memory.) */
     if (rc == 0 && !fs->passthrough && zm__tree_kept_on_disk(fs->tree) &&
         zm__pusher_start(session, fs->tree, fs->inodes, zm__push_window(config), &fs->pusher) != 0)
-        zm__log(LOG_WARNING, "cannot start pushing kept files into the page cache: they are read "
+        zm_log(LOG_WARNING, "cannot start pushing kept files into the page cache: they are read "
                 "as usual");
     if (fs->passthrough || fs->pusher != NULL)
         zm__tree_kernel_reads_kept(fs->tree);
@@ -1693,7 +1693,7 @@ static int zm__serve(zm__fs *fs, int report)
     zm__stop_watcher(fs);
     status = rc < 0 ? ZM__EXIT_FAILURE : ZM__EXIT_OK;
     if (rc < 0)
-        zm__log(LOG_ERR, "serving %s failed: %s", config->mountpoint, strerror(-rc));
+        zm_log(LOG_ERR, "serving %s failed: %s", config->mountpoint, strerror(-rc));
 
 done:
     zm__log_capture_fuse(0);
@@ -1705,7 +1705,7 @@ done:
     if (session)
         fuse_session_destroy(session);
     if (mounted)
-        zm__log(LOG_INFO, "unmounted %s", config->mountpoint);
+        zm_log(LOG_INFO, "unmounted %s", config->mountpoint);
     zm__handles_free_all(fs);
     zm__backings_destroy(fs->backings);
     fs->backings = NULL;
@@ -1734,6 +1734,8 @@ static const char *zm__program_name(int argc, char **argv)
 
 int zm_fs_main(int argc, char **argv)
 {
+    /* The library's lines, and ours, go where the daemon's log is. */
+    zm__log_start();
     /* Chunks are made and freed by the thousand, each up to a few MiB: kept
      * on the heap (not a fresh mapping each, whose every page faults in
      * zeroed) and not trimmed back after each, glibc's memory is reused.
@@ -1758,7 +1760,7 @@ int zm_fs_main(int argc, char **argv)
     int rc = zm__fs_config_parse(argc, argv, &fs.config, &err);
     zm__log_capture_fuse(0);
     if (rc != 0) {
-        zm__log(LOG_ERR, "%s", zm__fuse_reason(err.reason));
+        zm_log(LOG_ERR, "%s", zm__fuse_reason(err.reason));
         zm__fs_config_free(&fs.config);
         return rc == -ENOMEM ? ZM__EXIT_FAILURE : ZM__EXIT_REFUSED;
     }
@@ -1771,11 +1773,11 @@ int zm_fs_main(int argc, char **argv)
         return ZM__EXIT_OK;
     }
     if (fs.config.read_write_ignored)
-        zm__log(LOG_WARNING, "option rw ignored: zarrmount mounts read-only");
+        zm_log(LOG_WARNING, "option rw ignored: zarrmount mounts read-only");
     /* Paths become absolute before the daemon changes directory to "/". */
     if ((rc = zm__fs_config_resolve(&fs.config, &err)) != 0 ||
         (rc = zm__fs_config_finish_fuse_args(&fs.config, &err)) != 0) {
-        zm__log(LOG_ERR, "%s", err.reason);
+        zm_log(LOG_ERR, "%s", err.reason);
         zm__fs_config_free(&fs.config);
         return rc == -ENOMEM ? ZM__EXIT_FAILURE : ZM__EXIT_REFUSED;
     }
@@ -1784,7 +1786,7 @@ int zm_fs_main(int argc, char **argv)
 
     int report = -1;
     if (!fs.config.foreground && (rc = zm__daemon_fork(&report, &err)) != 0) {
-        zm__log(LOG_ERR, "%s", err.reason);
+        zm_log(LOG_ERR, "%s", err.reason);
         zm__fs_config_free(&fs.config);
         return ZM__EXIT_FAILURE;
     }

@@ -51,40 +51,20 @@ void zm__log_set_debug(int debug)
     atomic_store(&zm__debug, debug);
 }
 
-void zm__vlog(int priority, const char *fmt, va_list ap)
+/* The program's sink for the library's lines (and its own): syslog once the
+ * daemon has detached, stderr as the library's default writes it before. */
+static void zm__log_line(void *context, int priority, const char *line)
 {
-    char line[ZM_REASON_MAX + 256];
-    int prefix = snprintf(line, sizeof line, "zarrmount: ");
-    vsnprintf(line + prefix, sizeof line - (size_t)prefix - 1, fmt, ap);
-    /* One event, one line: fold newlines a caller or libfuse let through.
-     * Other control bytes (a path's escape sequences, tabs) are shown as
-     * '?': a name that does not exist is the caller's text, and must not
-     * drive the terminal that reads the log. */
-    size_t length = strlen(line);
-    while (length > (size_t)prefix && (line[length - 1] == '\n' || line[length - 1] == ' '))
-        line[--length] = '\0';
-    for (char *c = line; *c; c++) {
-        if (*c == '\n' || *c == '\r')
-            *c = ' ';
-        else if ((unsigned char)*c < 0x20 || *c == 0x7f)
-            *c = '?';
-    }
     if (atomic_load(&zm__use_syslog)) {
-        syslog(priority, "%s", line + prefix);
+        syslog(priority, "%s", line);
         return;
     }
-    /* A single write keeps lines from several threads whole. */
-    line[length++] = '\n';
-    ssize_t written = write(STDERR_FILENO, line, length);
-    (void)written;
+    zm_log_stderr(context, priority, line);
 }
 
-void zm__log(int priority, const char *fmt, ...)
+void zm__log_start(void)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    zm__vlog(priority, fmt, ap);
-    va_end(ap);
+    zm_log_set_sink(zm__log_line, NULL);
 }
 
 static uint64_t zm__hash_text(const char *text)
@@ -124,7 +104,7 @@ int zm__log_failure(const char *what, int code, const zm_err *err)
     const char *reason = err && err->reason[0] ? err->reason : strerror(-code);
     if (!atomic_load(&zm__debug) && !zm__limiter_admit(zm__hash_text(reason)))
         return 0;
-    zm__log(LOG_ERR, "%s: %s", what, reason);
+    zm_log(LOG_ERR, "%s: %s", what, reason);
     return 1;
 }
 
@@ -134,7 +114,7 @@ int zm__log_failure_of(const char *what, int code, const zm_err *err)
     uint64_t hash = zm__hash_text(reason) ^ (zm__hash_text(what) * 0x9e3779b97f4a7c15u);
     if (!atomic_load(&zm__debug) && !zm__limiter_admit(hash))
         return 0;
-    zm__log(LOG_ERR, "%s: %s", what, reason);
+    zm_log(LOG_ERR, "%s: %s", what, reason);
     return 1;
 }
 
@@ -152,7 +132,7 @@ static void zm__fuse_log(enum fuse_log_level level, const char *fmt, va_list ap)
     }
     pthread_mutex_unlock(&zm__capture.lock);
     if (!capturing)
-        zm__vlog((int)level, fmt, ap);
+        zm_vlog((int)level, fmt, ap);
 }
 
 void zm__log_capture_fuse(int capture)

@@ -1,14 +1,17 @@
-/* Internal to the fs module: the daemon's log. One line per event: to stderr
- * ("zarrmount: ...") while the daemon has a terminal, to syslog (facility
- * daemon) once it has detached. libfuse's own messages come through here
- * too, so they land in the same place. */
+/* Internal to the fs module: the daemon's log, the sink of the library's
+ * zm_log (zarrmount/log.h). One line per event: to stderr ("zarrmount:
+ * ...") while the daemon has a terminal, to syslog (facility daemon) once
+ * it has detached. libfuse's own messages come through here too, so they
+ * land in the same place. */
 #ifndef ZARRMOUNT_FS_LOG_H
 #define ZARRMOUNT_FS_LOG_H
 
-#include <stdarg.h>
-#include <syslog.h>
-
 #include "zarrmount/error.h"
+#include "zarrmount/log.h"
+
+/* Makes this module the sink of every line zm_log writes (called first
+ * thing at start-up). */
+void zm__log_start(void);
 
 /* Sends every later line to syslog instead of stderr (called when the
  * daemon detaches from its terminal). */
@@ -19,12 +22,6 @@ void zm__log_close(void);
 
 /* With debug on, zm__log_failure logs every failure, not one per reason. */
 void zm__log_set_debug(int debug);
-
-/* Writes one line at a syslog priority (LOG_ERR, LOG_WARNING, LOG_INFO,
- * LOG_DEBUG). Newlines inside the message are folded to spaces, other
- * control bytes shown as '?'. */
-void zm__log(int priority, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void zm__vlog(int priority, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* Logs "WHAT: REASON" for a request that failed with code (a negative
  * errno; err may be NULL or empty, then strerror says it), once per

@@ -17,7 +17,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "fs/log.h"
+#include "zarrmount/log.h"
 
 #ifndef FUSE_PASSTHROUGH
 #define FUSE_PASSTHROUGH (1ULL << 37) /* INIT flag: a flags2 bit */
@@ -110,7 +110,7 @@ int zm__passthrough_handshake(struct fuse_session *session, int offer, int *gran
     int saved = fcntl(device, F_DUPFD_CLOEXEC, 0);
     int pipe_fds[2] = {-1, -1};
     if (saved < 0 || pipe2(pipe_fds, O_CLOEXEC) != 0 || dup3(pipe_fds[1], device, O_CLOEXEC) < 0) {
-        zm__log(LOG_WARNING, "passthrough not asked for (%s): the daemon serves every read",
+        zm_log(LOG_WARNING, "passthrough not asked for (%s): the daemon serves every read",
                 strerror(errno));
         for (int i = 0; i < 2; i++)
             if (pipe_fds[i] >= 0)
@@ -131,7 +131,7 @@ int zm__passthrough_handshake(struct fuse_session *session, int offer, int *gran
     close(pipe_fds[1]);
     if (restored < 0) {
         close(pipe_fds[0]);
-        zm__log(LOG_ERR, "cannot put the FUSE device back after INIT: %s", strerror(restore_errno));
+        zm_log(LOG_ERR, "cannot put the FUSE device back after INIT: %s", strerror(restore_errno));
         return -restore_errno;
     }
     uint8_t reply[4096];
@@ -141,7 +141,7 @@ int zm__passthrough_handshake(struct fuse_session *session, int offer, int *gran
     while (length < 0 && errno == EINTR);
     close(pipe_fds[0]);
     if (length < (ssize_t)sizeof(struct fuse_out_header)) {
-        zm__log(LOG_ERR, "no answer to the kernel's INIT (%s)", length < 0 ? strerror(errno) : "empty");
+        zm_log(LOG_ERR, "no answer to the kernel's INIT (%s)", length < 0 ? strerror(errno) : "empty");
         return -EIO;
     }
     struct fuse_out_header *out = (struct fuse_out_header *)reply;
@@ -154,7 +154,7 @@ int zm__passthrough_handshake(struct fuse_session *session, int offer, int *gran
     }
     if (write_all(device, reply, (size_t)length) != length) {
         int rc = -errno;
-        zm__log(LOG_ERR, "cannot answer the kernel's INIT: %s", strerror(errno));
+        zm_log(LOG_ERR, "cannot answer the kernel's INIT: %s", strerror(errno));
         *granted = 0;
         return rc;
     }
@@ -172,7 +172,7 @@ void zm__backing_close(struct fuse_session *session, int id)
 {
     uint32_t which = (uint32_t)id;
     if (ioctl(fuse_session_fd(session), FUSE_DEV_IOC_BACKING_CLOSE, &which) != 0)
-        zm__log(LOG_WARNING, "cannot give back backing file %d: %s", id, strerror(errno));
+        zm_log(LOG_WARNING, "cannot give back backing file %d: %s", id, strerror(errno));
 }
 
 int zm__reply_open_passthrough(fuse_req_t req, uint64_t fh, int id)

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs/log.h"
+#include "zarrmount/log.h"
 
 /* Threads pushing: each reads and checks a file, then the kernel copies it. */
 #define PUSHERS 2

@@ -18,11 +18,12 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "fs/log.h"
+#include "zarrmount/log.h"
 #include "fs/tree.h"
 #include "zarrmount/cache.h"
 #include "zarrmount/source.h"
 #include "zarrmount/synth.h"
+#include "zarrmount/text.h"
 #include "zarrmount/view.h"
 #include "zarrmount/zarr.h"
 
@@ -654,50 +655,6 @@ static view_stats *stats_of_target(zm_tree *t, const target *tg)
     return tg->kind == T_VIEW ? stats_for(t, tg->key) : &t->outside;
 }
 
-/* The length of the valid UTF-8 sequence p starts with (as jansson checks
- * it: no overlong form, no surrogate, nothing past U+10FFFF), or 0. */
-static size_t utf8_sequence(const unsigned char *p)
-{
-    if (p[0] < 0x80)
-        return 1;
-    size_t length = p[0] >= 0xc2 && p[0] <= 0xdf   ? 2
-                    : p[0] >= 0xe0 && p[0] <= 0xef ? 3
-                    : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4
-                                                   : 0;
-    if (length == 0)
-        return 0;
-    uint32_t value = p[0] & (0x7fu >> length);
-    for (size_t i = 1; i < length; i++) {
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-        value = value << 6 | (p[i] & 0x3fu);
-    }
-    if ((length == 3 && value < 0x800) || (length == 4 && value < 0x10000) || value > 0x10ffff ||
-        (value >= 0xd800 && value <= 0xdfff))
-        return 0;
-    return length;
-}
-
-void zm__utf8_copy(char *out, size_t size, const char *text)
-{
-    size_t at = 0;
-    const unsigned char *p = (const unsigned char *)text;
-    while (*p && at + 1 < size) {
-        size_t length = utf8_sequence(p);
-        if (length == 0) {
-            out[at++] = '?';
-            p++;
-            continue;
-        }
-        if (at + length >= size)
-            break;
-        memcpy(out + at, p, length);
-        at += length;
-        p += length;
-    }
-    out[at] = '\0';
-}
-
 /* Counts a refused path (one that does not exist: ENOENT) and keeps its
  * reason, which the log shows only with -d. */
 static void note_refusal(zm_tree *t, view_stats *vs, const char *path, const zm_err *err)
@@ -705,8 +662,8 @@ static void note_refusal(zm_tree *t, view_stats *vs, const char *path, const zm_
     vs->refused++;
     pthread_mutex_lock(&t->stats_mutex);
     refusal *r = &t->refusals[t->refusals_next];
-    zm__utf8_copy(r->path, sizeof r->path, path);
-    zm__utf8_copy(r->reason, sizeof r->reason,
+    zm_text_utf8_copy(r->path, sizeof r->path, path);
+    zm_text_utf8_copy(r->reason, sizeof r->reason,
                   err && err->reason[0] ? err->reason : "no such file");
     t->refusals_next = (t->refusals_next + 1) % REFUSALS_KEPT;
     if (t->refusals_count < REFUSALS_KEPT)
@@ -975,7 +932,7 @@ static void queue_for_disk(zm_tree *t, const char *key, const uint8_t *bytes, si
 static void kept_failed(zm_tree *t, int rc, const zm_err *err)
 {
     if (rc != 0 && rc != -ENOENT && atomic_exchange(&t->disk_read_failed, 1) == 0)
-        zm__log(LOG_WARNING, "the disk cache %s (%s): such entries are never served, but made again "
+        zm_log(LOG_WARNING, "the disk cache %s (%s): such entries are never served, but made again "
                 "from the source", rc == -EBADMSG ? "had a damaged entry" : "could not be read",
                 err->reason);
 }
@@ -1065,7 +1022,7 @@ static void file_now(zm_tree *t, const char *key, const uint8_t *bytes, size_t s
     zm_err_clear(&why);
     if (zm_disk_put(t->disk, t->disk_space, key, bytes, size, &why) != 0 &&
         atomic_exchange(&t->disk_failed, 1) == 0)
-        zm__log(LOG_WARNING, "the disk cache could not keep a chunk (%s): serving goes on "
+        zm_log(LOG_WARNING, "the disk cache could not keep a chunk (%s): serving goes on "
                 "from memory and the source", why.reason);
 }
 
@@ -1769,7 +1726,7 @@ static int ahead_run(zm_tree *t, view_stats *vs, zm_view *view)
             pthread_mutex_lock(&t->mutex);
             snprintf(vs->ahead_reason, sizeof vs->ahead_reason, "%s", err.reason);
             pthread_mutex_unlock(&t->mutex);
-            zm__log(LOG_WARNING, "synthesis ahead of %s stopped: %s", vs->key, err.reason);
+            zm_log(LOG_WARNING, "synthesis ahead of %s stopped: %s", vs->key, err.reason);
             state = AHEAD_FAILED;
             break;
         }
@@ -3016,7 +2973,7 @@ static int open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err)
     if (given)
         snprintf(directory, sizeof directory, "%s", options->cache_dir);
     else if (zm_disk_default_directory(directory, sizeof directory, &why) != 0) {
-        zm__log(LOG_WARNING, "no disk cache (%s): chunks are kept in memory only", why.reason);
+        zm_log(LOG_WARNING, "no disk cache (%s): chunks are kept in memory only", why.reason);
         return 0;
     }
     uint8_t head[65536];
@@ -3044,14 +3001,14 @@ static int open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err)
                           why.reason);
     }
     if (rc != 0) {
-        zm__log(LOG_WARNING, "no disk cache (%s): chunks are kept in memory only", why.reason);
+        zm_log(LOG_WARNING, "no disk cache (%s): chunks are kept in memory only", why.reason);
         t->disk = NULL;
         return 0;
     }
     char example[256];
     uint64_t foreign = zm_disk_foreign(t->disk, example, sizeof example);
     if (foreign > 0)
-        zm__log(LOG_INFO,
+        zm_log(LOG_INFO,
                 "the disk cache %s holds %llu files that are not its own (first: %s): "
                 "left alone, never read, counted or removed",
                 directory, (unsigned long long)foreign, example);
@@ -3061,7 +3018,7 @@ static int open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err)
     t->disk_writing = pthread_create(&t->disk_writer, NULL, disk_writer, t) == 0;
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
     if (!t->disk_writing) {
-        zm__log(LOG_WARNING,
+        zm_log(LOG_WARNING,
                 "no disk cache (cannot start its writer): chunks are kept in memory only");
         zm_disk_close(t->disk);
         t->disk = NULL;
@@ -3088,7 +3045,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     size_t source_length = strlen(options->source);
     t->source_text = malloc(source_length + 1);
     if (t->source_text != NULL)
-        zm__utf8_copy(t->source_text, source_length + 1, options->source);
+        zm_text_utf8_copy(t->source_text, source_length + 1, options->source);
     t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : (1u << 20);
     uint64_t memory = options->cache_bytes ? options->cache_bytes : DEFAULT_MEMORY_BYTES;
     t->cache_bytes = memory / 2 ? memory / 2 : 1;
@@ -3135,7 +3092,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
         json_t *list = json_array();
         for (size_t i = 0; list != NULL && i < skipped_count; i++) {
             char line[ZM_REASON_MAX + 1024];
-            zm__utf8_copy(line, sizeof line, skipped[i]);
+            zm_text_utf8_copy(line, sizeof line, skipped[i]);
             json_array_append_new(list, json_string(line));
         }
         if (info != NULL && list != NULL)
@@ -3424,7 +3381,7 @@ int zm__tree_explain(zm_tree *t, const char *path, json_t **out, zm_err *err)
     size_t length = strlen(path);
     char *shown = malloc(length + 1);
     if (shown != NULL)
-        zm__utf8_copy(shown, length + 1, path);
+        zm_text_utf8_copy(shown, length + 1, path);
     json_t *e = shown ? json_pack("{s:s}", "path", shown) : NULL;
     free(shown);
     if (e == NULL)

@@ -113,12 +113,6 @@ int zm__tree_read(zm_tree *tree, const char *path, uint64_t offset, size_t size,
 struct json_t;
 int zm__tree_explain(zm_tree *tree, const char *path, struct json_t **out, zm_err *err);
 
-/* Copies text into out (size bytes, size >= 1) as valid UTF-8, which JSON
- * needs (jansson refuses anything else): a path is whatever bytes a caller
- * chose. A byte that starts no valid sequence becomes '?'; a sequence that
- * does not fit whole is cut off. */
-void zm__utf8_copy(char *out, size_t size, const char *text);
-
 /* What a live file (zm_node.live) is now, without taking a new snapshot:
  * the kernel asks for attributes between a lookup and the reads. Other
  * paths answer as zm__tree_lookup does. */

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zarrmount/select.h"
+#include "zarrmount/text.h"
 
 /* Deeper documents are refused; ours are four levels deep, and a limit also
  * stops a document that contains itself (jansson allows building one). */

@@ -1,5 +1,5 @@
 /* A small fixed-capacity unsigned big integer (see bignum.h). */
-#include "select/bignum.h"
+#include "text/bignum.h"
 
 #include <errno.h>
 #include <string.h>

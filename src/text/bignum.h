@@ -1,5 +1,6 @@
-/* Internal to the select module: a small unsigned big integer for the exact
- * decimal arithmetic of shares (share.c).
+/* Internal to the library (the text and select modules): a small unsigned
+ * big integer for the exact decimal arithmetic of shares (select/share.c)
+ * and of shortest decimals (text/decimal.c).
  *
  * A zm__big holds a fixed number of 32-bit limbs, least significant first, so
  * no operation allocates and none can run out of memory. The capacity bounds
@@ -14,8 +15,8 @@
  * Every value is kept normalised: len is the number of limbs in use and the
  * top one is non-zero (zero has len 0).
  */
-#ifndef ZARRMOUNT_SELECT_BIGNUM_H
-#define ZARRMOUNT_SELECT_BIGNUM_H
+#ifndef ZARRMOUNT_TEXT_BIGNUM_H
+#define ZARRMOUNT_TEXT_BIGNUM_H
 
 #include <stdbool.h>
 #include <stddef.h>
