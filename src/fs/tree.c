@@ -3099,13 +3099,15 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     double idle = options->ahead_idle_seconds < 0 ? DEFAULT_AHEAD_IDLE_SECONDS : options->ahead_idle_seconds;
     t->ahead_idle_ns = (int64_t)(idle * 1e9);
     t->ahead_rate = options->ahead_rate;
-    int rc = t->synth ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
-    if (rc == 0 && options->codec)
+    int rc = 0;
+    if (options->codec)
         rc = zm_codec_parse(options->codec, &t->codec, err);
     else
         t->codec = zm_codec_default();
     zm_source_options so = {.threads = options->threads,
                             .chunk_cache_bytes = memory / 4 ? (size_t)(memory / 4) : 1};
+    if (rc == 0 && t->synth == NULL)
+        rc = zm_err_set(err, -ENOMEM, "out of memory");
     if (rc == 0)
         rc = zm_source_open(options->source, &so, &t->source, err);
     if (rc == 0)

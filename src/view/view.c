@@ -44,7 +44,7 @@ struct zm_view {
     unsigned by_source_bits;
     zm_view_sparse **sparses;
     size_t sparse_count;
-    struct attachment *attachments; /* under mutex */
+    struct attachment *attachments; /* added under mutex, read without it */
 };
 
 /* What another layer keeps for a view (zm_view_attach), released with it. */
@@ -71,23 +71,24 @@ void *zm_view_attach(zm_view *view, const void *key, void *data, zm_view_release
         a = a->next;
     if (a == NULL && (a = malloc(sizeof *a)) != NULL) {
         *a = (struct attachment){key, data, release, view->attachments};
-        view->attachments = a;
+        /* Published whole: zm_view_attached reads the list without the
+         * mutex (an entry is never changed or taken out before the view
+         * is freed). */
+        __atomic_store_n(&view->attachments, a, __ATOMIC_RELEASE);
     }
     void *attached = a ? a->data : NULL;
     pthread_mutex_unlock(&view->mutex);
     return attached;
 }
 
+/* Without the mutex, which a thread making the inverse map holds for long:
+ * synth asks for its walks on every chunk. */
 void *zm_view_attached(const zm_view *view, const void *key)
 {
-    zm_view *v = (zm_view *)view; /* its mutex only */
-    pthread_mutex_lock(&v->mutex);
-    struct attachment *a = v->attachments;
+    const struct attachment *a = __atomic_load_n(&view->attachments, __ATOMIC_ACQUIRE);
     while (a != NULL && a->key != key)
         a = a->next;
-    void *attached = a ? a->data : NULL;
-    pthread_mutex_unlock(&v->mutex);
-    return attached;
+    return a ? a->data : NULL;
 }
 
 static void node_free(zm_store_node *node)
