@@ -1,8 +1,9 @@
 /* Walks in synth: their memory taken back once their chunks are all made
  * (zm_synth_walk_retire), never while a chunk is borrowed from them, and a
- * walk taken back made again with the same bytes. Each test runs in a
- * process of its own (criterion), so the process-wide walk counters start
- * at zero. */
+ * walk taken back made again with the same bytes. The views of a test
+ * share one zm_synth (as a mount's do), made when the test first needs it:
+ * each test runs in a process of its own (criterion), so its walk counters
+ * start at zero. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,16 @@
 #include "zarrmount/source.h"
 #include "zarrmount/synth.h"
 #include "zarrmount/view.h"
+
+/* What the test's views give walks. */
+static zm_synth *test_synth(void)
+{
+    static zm_synth *synth;
+    if (synth == NULL)
+        synth = zm_synth_create(ZM_SYNTH_DEFAULT_WALK_MEMORY);
+    cr_assert_not_null(synth);
+    return synth;
+}
 
 typedef struct fixture {
     zm_source *source;
@@ -57,7 +68,8 @@ static uint8_t *chunk(fixture *f, const zm_store_node *node, uint64_t c, int bor
     int b = 0;
     zm_err err;
     zm_err_clear(&err);
-    cr_assert_eq(zm_synth_chunk(f->view, node, coords, &raw, size, &typesize, borrow ? &b : NULL, &err),
+    cr_assert_eq(zm_synth_chunk(test_synth(), f->view, node, coords, &raw, size, &typesize,
+                                borrow ? &b : NULL, &err),
                  0, "%s", err.reason);
     uint8_t *copy = malloc(*size);
     cr_assert_not_null(copy);
@@ -67,14 +79,14 @@ static uint8_t *chunk(fixture *f, const zm_store_node *node, uint64_t c, int bor
     if (kept)
         *kept = raw;
     else
-        zm_synth_chunk_done(node, raw, b);
+        zm_synth_chunk_done(f->view, node, raw, b);
     return copy;
 }
 
 static zm_synth_walk_stats walk_stats(void)
 {
     zm_synth_walk_stats s;
-    zm_synth_get_walk_stats(&s);
+    zm_synth_get_walk_stats(test_synth(), &s);
     return s;
 }
 
@@ -83,7 +95,7 @@ Test(walks, retired_walk_memory_goes_to_the_next_walk)
     fixture f;
     open_fixture(&f);
     /* Room for one of the two walks, not both. */
-    zm_synth_set_walk_memory(f.walk_bytes * 3 / 2);
+    zm_synth_set_walk_memory(test_synth(), f.walk_bytes * 3 / 2);
     size_t size0, size1;
     uint8_t *first = chunk(&f, f.data, 1, 0, &size0, NULL, NULL);
     zm_synth_walk_stats s = walk_stats();
@@ -100,7 +112,7 @@ Test(walks, retired_walk_memory_goes_to_the_next_walk)
     close_fixture(&g);
 
     /* Retired: the next walk takes its memory. */
-    zm_synth_walk_retire(f.data);
+    zm_synth_walk_retire(f.view, f.data);
     free(chunk(&f, f.indices, 0, 0, &size1, NULL, NULL));
     s = walk_stats();
     cr_expect_eq(s.reclaimed, 1, "X/data's memory taken back for X/indices");
@@ -124,19 +136,19 @@ Test(walks, a_borrowed_walk_is_not_taken_back)
 {
     fixture f;
     open_fixture(&f);
-    zm_synth_set_walk_memory(f.walk_bytes * 3 / 2);
+    zm_synth_set_walk_memory(test_synth(), f.walk_bytes * 3 / 2);
     size_t size, other;
     int borrowed = 0;
     uint8_t *raw = NULL;
     uint8_t *copy = chunk(&f, f.data, 0, 1, &size, &borrowed, &raw);
     cr_assert_eq(borrowed, 1, "a whole chunk of a walk in memory is lent");
-    zm_synth_walk_retire(f.data);
+    zm_synth_walk_retire(f.view, f.data);
     free(chunk(&f, f.indices, 0, 0, &other, NULL, NULL));
     zm_synth_walk_stats s = walk_stats();
     cr_expect_eq(s.reclaimed, 0, "a walk lent out is kept");
     cr_expect_eq(s.spilled, 1, "the next walk is spilled instead");
     cr_expect(memcmp(copy, raw, size) == 0, "the lent chunk still holds its values");
-    zm_synth_chunk_done(f.data, raw, borrowed);
+    zm_synth_chunk_done(f.view, f.data, raw, borrowed);
     /* Given back: now it can go. */
     free(chunk(&f, f.column, 0, 0, &other, NULL, NULL));
     free(copy);
@@ -157,7 +169,7 @@ static uint8_t **all_chunks(const char *file, const char *array, const char *blo
     cr_assert_eq(zm_source_open(path, NULL, &f.source, &err), 0, "%s", err.reason);
     zm_view_spec spec = {.kind = ZM_VIEW_FULL, .k = 1};
     cr_assert_eq(zm_view_create(f.source, &spec, 64, &f.view, &err), 0, "%s", err.reason);
-    zm_synth_set_walk_memory(limit);
+    zm_synth_set_walk_memory(test_synth(), limit);
     zm_synth_walk_stats before = walk_stats();
     size_t size;
     if (blocker)

@@ -11,37 +11,23 @@
 #include "zarrmount/error.h"
 #include "zarrmount/view.h"
 
-/* Makes the raw (unencoded) bytes of the chunk at grid coordinates coords
- * of an array node. *raw is malloc'd, unless borrowed is not NULL and the
- * chunk is a whole one cut from a walk: then *raw points into the walk
- * (never to be written or freed) and *borrowed is 1. Either way the chunk
- * is given back with zm_synth_chunk_done. The typesize for the codec (1 for
- * strings) goes to *typesize. */
-int zm_synth_chunk(zm_view *view, const zm_store_node *node, const uint64_t *coords,
-                   uint8_t **raw, size_t *raw_size, size_t *typesize, int *borrowed, zm_err *err);
-/* The end of a chunk's use: a malloc'd one freed, a borrowed one's walk let
- * go (it is not taken back while borrowed from). */
-void zm_synth_chunk_done(const zm_store_node *node, uint8_t *raw, int borrowed);
-
-/* Says that every chunk of an array has been made (encoded and kept): its
- * walk's memory may be taken back when a new walk would not fit in what
- * walks may hold (oldest such walk first, never one in use), and the walk
- * is made again should one of its chunks be asked for after that. */
-void zm_synth_walk_retire(const zm_store_node *node);
-
-/* Whether an array's chunks are cut from a one-pass walk of all of it
- * (per-cell values of a reordered view, in more than one chunk). */
-int zm_synth_walks(const zm_view *view, const zm_store_node *node);
-/* Whether a walk of the array was begun (made, being made, or failed):
- * safe to ask from any thread. */
-int zm_synth_walk_started(const zm_store_node *node);
-
-/* What walks may hold in memory at once, for the whole process (default
- * 256 MiB). A walk that does not fit in what is left goes to a spill file
- * in batches ($ZM_SPILL_DIR, $TMPDIR, else /var/tmp): the daemon then holds
- * one batch (about 64 MiB) of it, not the array. */
-void zm_synth_set_walk_memory(uint64_t bytes);
-/* Walks of the process so far. */
+/* What a mount gives walks (a walk: a per-cell array of a reordered view,
+ * gathered whole in one pass over the source the first time one of its
+ * chunks is asked for; chunks are then cut from it). One a mount (tree),
+ * passed to zm_synth_chunk: walks may hold walk_memory bytes in memory at
+ * once (a mount gives them a quarter of cache_size; the default, for a
+ * caller with no cache_size, is a quarter of the default 1 GiB). A walk
+ * that does not fit in what is left goes to a spill file in batches
+ * ($ZM_SPILL_DIR, $TMPDIR, else /var/tmp): the daemon then holds one batch
+ * (about 64 MiB) of it, not the array. NULL when out of memory. */
+#define ZM_SYNTH_DEFAULT_WALK_MEMORY ((uint64_t)256 << 20)
+typedef struct zm_synth zm_synth;
+zm_synth *zm_synth_create(uint64_t walk_memory);
+/* The creator's hold let go: it is freed when the views whose walks hold
+ * its memory are freed too (it may go before or after them). */
+void zm_synth_free(zm_synth *synth);
+void zm_synth_set_walk_memory(zm_synth *synth, uint64_t bytes);
+/* The walks of a zm_synth so far. */
 typedef struct zm_synth_walk_stats {
     uint64_t held_bytes;   /* held in memory now */
     uint64_t limit_bytes;  /* what they may hold */
@@ -49,6 +35,37 @@ typedef struct zm_synth_walk_stats {
     uint64_t spilled_bytes;
     uint64_t reclaimed;    /* walks whose memory was taken back for another */
 } zm_synth_walk_stats;
-void zm_synth_get_walk_stats(zm_synth_walk_stats *out);
+void zm_synth_get_walk_stats(const zm_synth *synth, zm_synth_walk_stats *out);
+
+/* Walks are synth's alone: it keeps a view's walks with the view
+ * (zm_view_attach) and frees them when the view is freed. A view's walks
+ * hold the memory of the zm_synth that first made one of them. */
+
+/* Makes the raw (unencoded) bytes of the chunk at grid coordinates coords
+ * of an array node. *raw is malloc'd, unless borrowed is not NULL and the
+ * chunk is a whole one cut from a walk: then *raw points into the walk
+ * (never to be written or freed) and *borrowed is 1. Either way the chunk
+ * is given back with zm_synth_chunk_done. The typesize for the codec (1 for
+ * strings) goes to *typesize: the codec is the caller's, not synth's. */
+int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node,
+                   const uint64_t *coords, uint8_t **raw, size_t *raw_size, size_t *typesize,
+                   int *borrowed, zm_err *err);
+/* The end of a chunk's use: a malloc'd one freed, a borrowed one's walk let
+ * go (it is not taken back while borrowed from). */
+void zm_synth_chunk_done(const zm_view *view, const zm_store_node *node, uint8_t *raw,
+                         int borrowed);
+
+/* Says that every chunk of an array has been made (encoded and kept): its
+ * walk's memory may be taken back when a new walk would not fit in what
+ * walks may hold (oldest such walk first, never one in use), and the walk
+ * is made again should one of its chunks be asked for after that. */
+void zm_synth_walk_retire(const zm_view *view, const zm_store_node *node);
+
+/* Whether an array's chunks are cut from a one-pass walk of all of it
+ * (per-cell values of a reordered view, in more than one chunk). */
+int zm_synth_walks(const zm_view *view, const zm_store_node *node);
+/* Whether a walk of the array was begun (made, being made, or failed):
+ * safe to ask from any thread. */
+int zm_synth_walk_started(const zm_view *view, const zm_store_node *node);
 
 #endif

@@ -116,7 +116,7 @@ struct zm_store_node {
     int is_array;
     struct json_t *attrs;     /* .zattrs (NULL: none) */
     /* arrays */
-    zm_zarr_array_meta meta;  /* meta.codec is set by the tree */
+    zm_zarr_array_meta meta;  /* meta.codec NULL: the mount's codec is its own */
     zm_producer producer;
     const zm_element *element;
     const zm_array *source;   /* the source array values come from */
@@ -126,11 +126,6 @@ struct zm_store_node {
     size_t value_size;        /* bytes per value (numbers) */
     int cell_columns;         /* CELL_ROWS of a dense obsp matrix: columns are cells too */
     size_t *field_sizes;      /* RECORDS: bytes of each field in a record */
-    /* A per-cell array in a reordered view, gathered whole in one pass over
-     * the source (each source chunk read once, in file order) the first
-     * time one of its chunks is asked for; chunks are then cut from it.
-     * Made by synth; freed with the view. */
-    struct zm_walk *walk;
     uint64_t grid[ZM_ZARR_MAX_RANK];
     /* groups */
     size_t child_count;
@@ -147,6 +142,16 @@ struct zm_store_node {
 int zm_view_create(zm_source *source, const zm_view_spec *spec, uint64_t chunk_bytes,
                    zm_view **out, zm_err *err);
 void zm_view_free(zm_view *view);
+
+/* What another layer keeps for a view (synth its walks), under a key of its
+ * own (the address of something it owns): attached once, found by the key
+ * from any thread, and released (release(data), unless NULL) when the view
+ * is freed, before its nodes. zm_view_attach returns what is attached under
+ * key now: data, or what another thread attached first (then data is not
+ * the view's, and the caller keeps it); NULL when out of memory. */
+typedef void (*zm_view_release)(void *data);
+void *zm_view_attach(zm_view *view, const void *key, void *data, zm_view_release release);
+void *zm_view_attached(const zm_view *view, const void *key);
 
 const zm_store_node *zm_view_root(const zm_view *view);
 /* The node at a store path ("X/data"; "" the root), or NULL. */

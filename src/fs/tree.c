@@ -138,6 +138,7 @@ struct zm_tree {
     int disk_writing;
     pthread_t disk_writer;
     zm_codec codec;
+    zm_synth *synth; /* what the mount gives walks */
     uint64_t chunk_bytes;
     zm_block_size b0;
     zm_cache *files;
@@ -1113,8 +1114,8 @@ static int make_chunk(struct make_context *c, uint8_t **bytes, size_t *size, zm_
         int encode = w->node->meta.rank > 0 && c->tree->codec.kind != ZM_CODEC_NONE;
         /* Encoding reads a walk's rows where they lie; a file kept as it is
          * needs its own copy. */
-        int rc = zm_synth_chunk(c->view, w->node, w->coords, &raw, &raw_size, &typesize,
-                                encode ? &borrowed : NULL, err);
+        int rc = zm_synth_chunk(c->tree->synth, c->view, w->node, w->coords, &raw, &raw_size,
+                                &typesize, encode ? &borrowed : NULL, err);
         if (rc != 0)
             return rc;
         if (!encode) {
@@ -1123,7 +1124,7 @@ static int make_chunk(struct make_context *c, uint8_t **bytes, size_t *size, zm_
             return 0;
         }
         rc = zm_codec_encode(&c->tree->codec, typesize, raw, raw_size, bytes, size, err);
-        zm_synth_chunk_done(w->node, raw, borrowed);
+        zm_synth_chunk_done(c->view, w->node, raw, borrowed);
         return rc;
     }
 }
@@ -1328,7 +1329,7 @@ struct next_walk {
 static int find_next_walk(void *context, const zm_store_node *node, const char *path)
 {
     struct next_walk *s = context;
-    if (s->seen && !zm_synth_walk_started(node) && zm_synth_walks(s->view, node)) {
+    if (s->seen && !zm_synth_walk_started(s->view, node) && zm_synth_walks(s->view, node)) {
         s->found = node;
         snprintf(s->path, sizeof s->path, "%s", path);
         return 1;
@@ -1394,8 +1395,8 @@ static void *encode_ahead(void *context)
         }
         /* Every chunk made: the walk's memory may go to the next walk
          * (zm_synth_walk_retire). Said by whichever thread made the last. */
-        if (!t->closing && a->done >= a->chunks && zm_synth_walk_started(a->node))
-            zm_synth_walk_retire(a->node);
+        if (!t->closing && a->done >= a->chunks && zm_synth_walk_started(view, a->node))
+            zm_synth_walk_retire(view, a->node);
     }
     /* The view goes with the last use of a: once it is let go, it may be
      * evicted, and a freed with it (forget_ahead). */
@@ -1429,7 +1430,7 @@ static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place 
      * what the cache can hold encoded (taken as half the raw size, a low
      * estimate of what the codecs give on single-cell values); a larger
      * array is encoded as it is read. */
-    if (t->closing || t->codec.kind == ZM_CODEC_NONE || (!zm_synth_walk_started(node) && t->disk == NULL) ||
+    if (t->closing || t->codec.kind == ZM_CODEC_NONE || (!zm_synth_walk_started(view, node) && t->disk == NULL) ||
         chunks < 4 ||
         raw / 2 > t->cache_bytes)
         return;
@@ -1494,7 +1495,7 @@ static void *hand_on_early(void *context)
  * when the strings are done. */
 static void start_next_walk_early(zm_tree *t, zm_view *view, const char *key, const place *w)
 {
-    if (t->closing || w->file != F_CHUNK || zm_synth_walk_started(w->node) ||
+    if (t->closing || w->file != F_CHUNK || zm_synth_walk_started(view, w->node) ||
         w->node->producer != ZM_PRODUCE_CELL_STRINGS || !zm_synth_walks(view, w->node))
         return;
     struct ahead *a = calloc(1, sizeof *a);
@@ -1541,7 +1542,7 @@ static int with_file(zm_tree *t, zm_view *view, view_stats *vs, const char *full
     ahead_raise(vs, w->node);
     int rc = file_in_cache(t, view, vs, full_path, w, ref, err);
     if (rc == 0 && key[0] &&
-        (zm_synth_walk_started(w->node) ||
+        (zm_synth_walk_started(view, w->node) ||
          (t->disk != NULL && !t->kernel_reads_kept && kept_on_disk(view, w->node))))
         start_ahead(t, view, key, w);
     return rc;
@@ -1632,7 +1633,7 @@ static int ahead_may_walk(zm_view *view, const zm_store_node *node, uint64_t roo
     if (!zm_synth_walks(view, node) && !(node->producer == ZM_PRODUCE_CELL_STRINGS &&
                                          !zm_view_is_identity(view) && node->meta.rank > 0))
         return 1;
-    if (zm_synth_walk_started(node))
+    if (zm_synth_walk_started(view, node))
         return 1; /* walked already: its chunks are cut, not gathered */
     if (node->producer == ZM_PRODUCE_CELL_STRINGS)
         return 0;
@@ -2108,7 +2109,7 @@ static json_t *stats_document(zm_tree *t, uint64_t serial)
                   "bytesHeld", (json_int_t)s.cache_bytes));
 
     zm_synth_walk_stats ws;
-    zm_synth_get_walk_stats(&ws);
+    zm_synth_get_walk_stats(t->synth, &ws);
     json_object_set_new(sum, "walks",
                         json_pack("{s:I, s:I, s:I, s:I, s:I}", "heldBytes", (json_int_t)ws.held_bytes,
                                   "limitBytes", (json_int_t)ws.limit_bytes, "spilled",
@@ -3049,7 +3050,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : (1u << 20);
     uint64_t memory = options->cache_bytes ? options->cache_bytes : DEFAULT_MEMORY_BYTES;
     t->cache_bytes = memory / 2 ? memory / 2 : 1;
-    zm_synth_set_walk_memory(memory / 4);
+    t->synth = zm_synth_create(memory / 4);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     t->ahead_threads = cores > 1 ? (unsigned)cores : 1;
     double idle = options->ahead_idle_seconds < 0 ? DEFAULT_AHEAD_IDLE_SECONDS : options->ahead_idle_seconds;
@@ -3062,6 +3063,8 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
         t->codec = zm_codec_default();
     zm_source_options so = {.threads = options->threads,
                             .chunk_cache_bytes = memory / 4 ? (size_t)(memory / 4) : 1};
+    if (rc == 0 && t->synth == NULL)
+        rc = zm_err_set(err, -ENOMEM, "out of memory");
     if (rc == 0)
         rc = zm_source_open(options->source, &so, &t->source, err);
     if (rc == 0)
@@ -3161,6 +3164,7 @@ void zm__tree_close(zm_tree *t)
         zm_view_free(t->views[i].view);
         free(t->views[i].key);
     }
+    zm_synth_free(t->synth);
     zm_cache_destroy(t->files);
     stop_disk_writer(t);
     zm_disk_close(t->disk);
@@ -3188,6 +3192,11 @@ void zm__tree_close(zm_tree *t)
     pthread_cond_destroy(&t->disk_wake);
     pthread_cond_destroy(&t->changed);
     free(t);
+}
+
+const zm_synth *zm__tree_synth(const zm_tree *t)
+{
+    return t->synth;
 }
 
 /* ---- explain ---------------------------------------------------------------------- */

@@ -42,6 +42,9 @@ typedef struct zm_tree_options {
  * naming what was wrong (a bad source, a bad option). */
 int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err);
 void zm__tree_close(zm_tree *tree);
+/* What the mount gives walks (their stats: zm_synth_get_walk_stats). */
+struct zm_synth;
+const struct zm_synth *zm__tree_synth(const zm_tree *tree);
 
 /* The source's elements the stores leave out, "PATH: why" each
  * (zm_source_skipped). */

@@ -44,6 +44,15 @@ struct zm_view {
     unsigned by_source_bits;
     zm_view_sparse **sparses;
     size_t sparse_count;
+    struct attachment *attachments; /* added under mutex, read without it */
+};
+
+/* What another layer keeps for a view (zm_view_attach), released with it. */
+struct attachment {
+    const void *key;
+    void *data;
+    zm_view_release release;
+    struct attachment *next;
 };
 
 uint64_t zm_view_rows(const zm_view *view) { return view->rows; }
@@ -54,13 +63,38 @@ const char *zm_view_digest(const zm_view *view) { return view->digest; }
 int zm_view_is_identity(const zm_view *view) { return view->identity; }
 const zm_store_node *zm_view_root(const zm_view *view) { return view->root; }
 
-void zm__walk_free(struct zm_walk *walk); /* synth.c */
+void *zm_view_attach(zm_view *view, const void *key, void *data, zm_view_release release)
+{
+    pthread_mutex_lock(&view->mutex);
+    struct attachment *a = view->attachments;
+    while (a != NULL && a->key != key)
+        a = a->next;
+    if (a == NULL && (a = malloc(sizeof *a)) != NULL) {
+        *a = (struct attachment){key, data, release, view->attachments};
+        /* Published whole: zm_view_attached reads the list without the
+         * mutex (an entry is never changed or taken out before the view
+         * is freed). */
+        __atomic_store_n(&view->attachments, a, __ATOMIC_RELEASE);
+    }
+    void *attached = a ? a->data : NULL;
+    pthread_mutex_unlock(&view->mutex);
+    return attached;
+}
+
+/* Without the mutex, which a thread making the inverse map holds for long:
+ * synth asks for its walks on every chunk. */
+void *zm_view_attached(const zm_view *view, const void *key)
+{
+    const struct attachment *a = __atomic_load_n(&view->attachments, __ATOMIC_ACQUIRE);
+    while (a != NULL && a->key != key)
+        a = a->next;
+    return a ? a->data : NULL;
+}
 
 static void node_free(zm_store_node *node)
 {
     if (node == NULL)
         return;
-    zm__walk_free(node->walk);
     for (size_t i = 0; i < node->child_count; i++)
         node_free(node->children[i]);
     free(node->children);
@@ -86,6 +120,14 @@ void zm_view_free(zm_view *view)
 {
     if (view == NULL)
         return;
+    /* Released first: what other layers keep may refer to the nodes. */
+    while (view->attachments != NULL) {
+        struct attachment *a = view->attachments;
+        view->attachments = a->next;
+        if (a->release)
+            a->release(a->data);
+        free(a);
+    }
     node_free(view->root);
     for (size_t i = 0; i < view->sparse_count; i++) {
         sparse_free(view->sparses[i]);

@@ -403,9 +403,9 @@ static void one_file(const char *path, uint64_t chunk_bytes, uint64_t cache_byte
         method_views(&r, views, "stratified", half);
         method_views(&r, views, "spatial", half);
         json_object_set_new(report, "views", views);
-        zm__tree_close(r.tree);
         zm_synth_walk_stats walks;
-        zm_synth_get_walk_stats(&walks);
+        zm_synth_get_walk_stats(zm__tree_synth(r.tree), &walks);
+        zm__tree_close(r.tree);
         json_object_set_new(report, "walks_spilled", json_integer((json_int_t)walks.spilled));
     }
     json_object_set_new(report, "problems", r.problems);
