@@ -19,7 +19,7 @@
 #include <string.h>
 #include <zstd.h>
 
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 #include "zarr/zarr_internal.h"
 #include "zarrmount/zarr.h"
 

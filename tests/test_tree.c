@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 
 static zm_tree *tree;
 

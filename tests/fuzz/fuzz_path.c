@@ -22,7 +22,7 @@
 #include <jansson.h>
 #include <limits.h>
 
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 #include "fuzz.h"
 
 #ifndef ZM_FUZZ_FIXTURES

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 #include "zarrmount/fs.h"
 
 #define EXIT_REFUSED 2

@@ -19,7 +19,7 @@
 #include <xxhash.h>
 
 #include "fs/log.h"
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 #include "zarrmount/cache.h"
 #include "zarrmount/source.h"
 #include "zarrmount/synth.h"

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 #include "zarrmount/fs.h"
 
 struct walk {
