@@ -1,4 +1,4 @@
-/* Tests for the mounted tree (src/fs/tree.c) over a fixture source, without
+/* Tests for the mounted tree (src/tree/) over a fixture source, without
  * FUSE: a listed name always exists; explain says what a path is.
  *
  * Cases found by tests/fuzz/fuzz_path.c stay here as regressions.

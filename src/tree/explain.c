@@ -83,37 +83,28 @@ static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
     json_object_set_new(out, "nObs", json_integer((json_int_t)n));
     if (tg->rest[0])
         json_object_set_new(out, "inside", json_string(tg->rest));
+    /* The cells the view layer selects for the spec, as it does for the
+     * view itself, without building it. */
+    zm_view_selection chosen;
+    int rc = zm_view_select(t->source, spec, &chosen, err);
+    if (rc != 0)
+        return rc;
+    const zm_view_request *made = &chosen.made;
+    const zm_selection *selection = &chosen.selection;
+    const zm_request *r = &made->request;
+    char digest[17];
+    zm_cellset_digest(selection->positions, selection->k, selection->n, digest);
     if (spec->kind == ZM_VIEW_FILE) {
-        char digest[17];
-        uint32_t *all = malloc((n ? n : 1) * sizeof *all);
-        if (all == NULL)
-            return zm_err_set(err, -ENOMEM, "out of memory");
-        for (uint64_t i = 0; i < n; i++)
-            all[i] = (uint32_t)i;
-        zm_cellset_digest(all, n, n, digest);
-        free(all);
         json_object_set_new(out, "k", json_integer((json_int_t)n));
         json_object_set_new(out, "digest", json_string(digest));
         json_object_set_new(out, "rule", json_string("every cell, in file order: the source as "
                                                      "it is, no selection"));
+        zm_view_selection_free(&chosen);
         return 0;
     }
-    zm_view_request made;
-    int rc = zm_view_request_make(t->source, spec, &made, err);
-    if (rc != 0)
-        return rc;
-    zm_selection selection;
-    rc = zm_select(&made.request, &selection, err);
-    if (rc != 0) {
-        zm_view_request_free(&made);
-        return rc;
-    }
-    const zm_request *r = &made.request;
-    char digest[17];
-    zm_cellset_digest(selection.positions, selection.k, selection.n, digest);
     json_object_set_new(out, "seed", json_integer(r->seed));
     json_object_set_new(out, "kRequested", json_integer((json_int_t)r->k));
-    json_object_set_new(out, "k", json_integer((json_int_t)selection.k));
+    json_object_set_new(out, "k", json_integer((json_int_t)selection->k));
     json_object_set_new(out, "digest", json_string(digest));
     switch (spec->kind) {
     case ZM_VIEW_FULL:
@@ -150,7 +141,7 @@ static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
     case ZM_VIEW_SPATIAL: {
         json_t *columns = json_array();
         for (unsigned c = 0; c < r->dims; c++)
-            json_array_append_new(columns, json_integer(made.columns[c]));
+            json_array_append_new(columns, json_integer(made->columns[c]));
         json_object_set_new(out, "embedding", json_string(spec->embedding));
         json_object_set_new(out, "columns", columns);
         json_object_set_new(out, "gridSize", json_integer((json_int_t)r->grid_size));
@@ -163,16 +154,16 @@ static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
     case ZM_VIEW_FILE:
         break;
     }
-    if (selection.strata_count > 0) {
+    if (selection->strata_count > 0) {
         json_t *strata = json_array();
-        for (size_t i = 0; i < selection.strata_count; i++) {
-            const zm_stratum *s = &selection.strata[i];
+        for (size_t i = 0; i < selection->strata_count; i++) {
+            const zm_stratum *s = &selection->strata[i];
             json_t *name;
             if (spec->kind == ZM_VIEW_STRATIFIED)
-                name = s->id < made.strata.count
-                           ? json_stringn(made.strata.names.bytes + made.strata.names.offsets[s->id],
-                                          made.strata.names.offsets[s->id + 1] -
-                                              made.strata.names.offsets[s->id])
+                name = s->id < made->strata.count
+                           ? json_stringn(made->strata.names.bytes + made->strata.names.offsets[s->id],
+                                          made->strata.names.offsets[s->id + 1] -
+                                              made->strata.names.offsets[s->id])
                            : json_string("(missing)");
             else
                 name = box_name(s->id, r->grid_size, r->dims);
@@ -183,16 +174,15 @@ static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
         }
         json_object_set_new(out, "strata", strata);
     }
-    size_t first = selection.k < 10 ? (size_t)selection.k : 10;
+    size_t first = selection->k < 10 ? (size_t)selection->k : 10;
     json_t *cells = json_array();
     for (size_t i = 0; i < first; i++)
-        json_array_append_new(cells, json_integer(selection.order[i]));
+        json_array_append_new(cells, json_integer(selection->order[i]));
     json_object_set_new(out, "firstCells", cells);
-    json_t *names = cell_names(t, selection.order, first);
+    json_t *names = cell_names(t, selection->order, first);
     if (names != NULL)
         json_object_set_new(out, "firstCellNames", names);
-    zm_selection_free(&selection);
-    zm_view_request_free(&made);
+    zm_view_selection_free(&chosen);
     return 0;
 }
 

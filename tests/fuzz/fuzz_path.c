@@ -1,4 +1,4 @@
-/* libFuzzer target: the mounted tree's path grammar (src/fs/tree.c), through
+/* libFuzzer target: the mounted tree's path grammar (src/tree/paths.c), through
  * the calls the FUSE layer makes with a path (zm__tree_lookup, _getattr,
  * _readlink, _list, _read) and `zarrmount explain`'s (zm__tree_explain),
  * over a small fixture source opened once.
