@@ -16,6 +16,57 @@
 
 #include "tree/tree_internal.h"
 
+/* ---- The workers ----------------------------------------------------------------- */
+
+static void set_idle_priority(int idle)
+{
+    struct sched_param param = {0};
+    (void)pthread_setschedparam(pthread_self(), idle ? SCHED_IDLE : SCHED_OTHER, &param);
+}
+
+/* A worker as start_worker hands it to its thread. */
+struct worker_start {
+    void *(*run)(void *);
+    void *context;
+    int idle;
+};
+
+static void *worker_main(void *context)
+{
+    struct worker_start start = *(struct worker_start *)context;
+    free(context);
+    if (start.idle)
+        set_idle_priority(1);
+    return start.run(start.context);
+}
+
+/* Every thread of the work ahead starts here: run on a detached thread
+ * (nothing joins it: the tree's ahead_running counts it, under the tree's
+ * mutex, until it ends, and closing waits for that), at idle priority from
+ * its first step when idle (synthesis ahead: only when a core has nothing
+ * else to do), else at the caller's. 0, or -errno when no thread started
+ * (the caller takes back what it counted). The tree's two long-lived
+ * threads, which are joined, start on their own: the disk writer
+ * (files.c) and the progress teller (stats.c). */
+static int start_worker(void *(*run)(void *), void *context, int idle)
+{
+    struct worker_start *start = malloc(sizeof *start);
+    if (start == NULL)
+        return -ENOMEM;
+    *start = (struct worker_start){run, context, idle};
+    pthread_attr_t attr;
+    int rc = pthread_attr_init(&attr);
+    if (rc == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_t thread;
+        rc = pthread_create(&thread, &attr, worker_main, start);
+        pthread_attr_destroy(&attr);
+    }
+    if (rc != 0)
+        free(start);
+    return -rc;
+}
+
 /* ---- Encoding ahead --------------------------------------------------------------- */
 
 static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place *w);
@@ -229,19 +280,14 @@ static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place 
     a->stats = zm__stats_for(t, key);
     clock_gettime(CLOCK_MONOTONIC, &a->began);
     for (unsigned i = 0; i < t->ahead_threads; i++) {
-        pthread_t thread;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         t->ahead_running++;
         a->running++;
         zm__view_hold_locked(t, view, 1);
-        if (pthread_create(&thread, &attr, encode_ahead, a) != 0) {
+        if (start_worker(encode_ahead, a, 0) != 0) {
             t->ahead_running--;
             a->running--;
             zm__view_hold_locked(t, view, -1);
         }
-        pthread_attr_destroy(&attr);
     }
     pthread_mutex_unlock(&t->mutex);
 }
@@ -280,16 +326,11 @@ static void start_next_walk_early(zm_tree *t, zm_view *view, const char *key, co
     pthread_mutex_lock(&t->mutex);
     t->ahead_running++;
     zm__view_hold_locked(t, view, 1);
-    pthread_t thread;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&thread, &attr, hand_on_early, a) != 0) {
+    if (start_worker(hand_on_early, a, 0) != 0) {
         t->ahead_running--;
         zm__view_hold_locked(t, view, -1);
         free(a);
     }
-    pthread_attr_destroy(&attr);
     pthread_mutex_unlock(&t->mutex);
 }
 
@@ -410,12 +451,6 @@ static int ahead_may_walk(zm_view *view, const zm_store_node *node, uint64_t roo
     return array_raw_bytes(node) <= room;
 }
 
-static void set_idle_priority(int idle)
-{
-    struct sched_param param = {0};
-    (void)pthread_setschedparam(pthread_self(), idle ? SCHED_IDLE : SCHED_OTHER, &param);
-}
-
 typedef struct ahead_worker {
     zm_tree *tree;
     view_stats *stats;
@@ -518,8 +553,7 @@ static void *synthesize_ahead(void *context)
     zm_tree *t = worker->tree;
     view_stats *vs = worker->stats;
     free(worker);
-    vs->ahead_tid = (pid_t)syscall(SYS_gettid);
-    set_idle_priority(1);
+    vs->ahead_tid = (pid_t)syscall(SYS_gettid); /* at idle priority already (start_worker) */
     vs->ahead_background = 1;
     const _Atomic int *own = zm_source_background_set(&vs->ahead_background);
     int state = AHEAD_FAILED;
@@ -561,24 +595,19 @@ void zm__ahead_touch(zm_tree *t, view_stats *vs)
     pthread_mutex_lock(&t->mutex);
     if ((vs->ahead_state == AHEAD_NONE || vs->ahead_state == AHEAD_IDLE) && !t->closing) {
         ahead_worker *worker = malloc(sizeof *worker);
-        pthread_t thread;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         if (worker != NULL) {
             *worker = (ahead_worker){t, vs};
             vs->ahead_state = AHEAD_RUNNING;
             vs->ahead_runs++;
             clock_gettime(CLOCK_MONOTONIC, &vs->ahead_began);
             t->ahead_running++;
-            if (pthread_create(&thread, &attr, synthesize_ahead, worker) != 0) {
+            if (start_worker(synthesize_ahead, worker, 1) != 0) {
                 t->ahead_running--;
                 vs->ahead_state = AHEAD_FAILED;
                 snprintf(vs->ahead_reason, sizeof vs->ahead_reason, "cannot start a thread");
                 free(worker);
             }
         }
-        pthread_attr_destroy(&attr);
     }
     pthread_mutex_unlock(&t->mutex);
 }
