@@ -256,52 +256,80 @@ typedef struct snapshot {
     size_t size;
 } snapshot;
 
+/* The module's files share these (zm__, private to src/tree/); each is
+ * described where it is defined. */
+
 /* ---- paths.c: the path grammar ------------------------------------------ */
 
+/* A canonical decimal in [low, high] (0), or -1. */
 int zm__parse_number(const char *text, size_t length, uint64_t low, uint64_t high, uint64_t *out);
+/* ENOENT with the kernel's reason when a spatial grid cannot fit dims columns. */
 int zm__grid_fits(const char *embedding, uint64_t grid_size, unsigned dims, zm_err *err);
+/* What a path of the tree names, or -ENOENT with why it names nothing. */
 int zm__parse_path(zm_tree *t, const char *path, target *out, zm_err *err);
+/* The place a path inside a view's store names (a node, and which file of it). */
 int zm__locate(zm_view *view, const char *rest, place *out, zm_err *err);
 
 /* ---- registry.c: the views built, held and let go ----------------------- */
 
+/* The view for a target's key, built on first use and held until released. */
 int zm__view_get(zm_tree *t, const target *tg, zm_view **out, int wait, zm_err *err);
+/* Holds taken (count > 0) or given back (< 0) for threads; under the tree's mutex. */
 void zm__view_hold_locked(zm_tree *t, zm_view *view, int count);
 void zm__view_release_locked(zm_tree *t, zm_view *view);
 void zm__view_release(zm_tree *t, zm_view *view);
+/* Whether the view with this key is built. */
 int zm__view_built(zm_tree *t, const char *key);
 
 /* ---- files.c: making files, their sizes, the disk cache ----------------- */
 
+/* The size of a file made before, by its key (1), or 0. */
 int zm__size_get(zm_tree *t, uint64_t key, uint64_t *size);
+/* Whether an array's chunks are kept on disk across mounts. */
 int zm__kept_on_disk(const zm_view *view, const zm_store_node *node);
+/* Files what is queued, then stops the disk writer. */
 void zm__stop_disk_writer(zm_tree *t);
+/* A file's size without making it, when geometry gives it (1), or 0. */
 int zm__known_size(zm_tree *t, const place *w, uint64_t *size);
+/* A file's key in the file cache. */
 uint64_t zm__file_key(zm_view *view, const char *full_path, const place *w);
+/* A file's bytes from the file cache, made if not there (counted for vs). */
 int zm__file_in_cache(zm_tree *t, zm_view *view, view_stats *vs, const char *full_path,
                       const place *w, zm_cache_ref *ref, zm_err *err);
+/* A kept chunk's size from the disk cache (1), or 0. */
 int zm__kept_size(zm_tree *t, zm_view *view, const char *path, const place *w, uint64_t *size);
+/* The disk cache and its writer, if wanted and usable. */
 int zm__open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err);
 
 /* ---- ahead.c: work ahead of readers ------------------------------------- */
 
+/* Forgets the arrays encoded ahead of a view about to be freed; under the tree's mutex. */
 void zm__forget_ahead(zm_tree *t, const zm_view *view);
+/* A file for a reader (zm__file_in_cache), with the work ahead it starts. */
 int zm__with_file(zm_tree *t, zm_view *view, view_stats *vs, const char *full_path,
                   const place *w, zm_cache_ref *ref, zm_err *err);
 int64_t zm__monotonic_ns(void);
+/* A reader asked something of the view: its synthesis ahead starts if it may. */
 void zm__ahead_touch(zm_tree *t, view_stats *vs);
+/* A reader waits for a view to be let go: every worker runs at normal priority. */
 void zm__ahead_make_way(zm_tree *t);
 
 /* ---- stats.c: counters, snapshots, the progress teller ------------------ */
 
 double zm__seconds_since(const struct timespec *began);
+/* The counters of a view's key (made on first use), or of a target. */
 view_stats *zm__stats_for(zm_tree *t, const char *key);
 view_stats *zm__stats_of_target(zm_tree *t, const target *tg);
+/* Counts a refused path and keeps its reason. */
 void zm__note_refusal(zm_tree *t, view_stats *vs, const char *path, const zm_err *err);
+/* A copy of the list of view counters (malloc'd). */
 view_stats **zm__stats_list(zm_tree *t, size_t *count);
+/* stats.json's snapshots: found by serial (under stats_mutex), the serial a
+ * path names, a new one taken for a lookup. */
 snapshot *zm__find_snapshot(zm_tree *t, uint64_t serial);
 uint64_t zm__snapshot_serial_of(const char *path);
 int zm__take_snapshot(zm_tree *t, uint64_t *size, uint64_t *serial);
+/* The progress teller's thread (options.progress). */
 void zm__start_teller(zm_tree *t);
 void zm__stop_teller(zm_tree *t);
 
