@@ -1,4 +1,4 @@
-/* The disk cache and the codec libraries (src/fs/tree.c over src/cache/disk.c):
+/* The disk cache and the codec libraries (src/tree/files.c over src/cache/disk.c):
  * a chunk kept on disk by one build is served again by a build linked to the
  * same codec libraries, and never by one linked to another version of a
  * library that makes that codec's bytes: there it misses and the chunk is
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <zstd.h>
 
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 #include "zarr/zarr_internal.h"
 #include "zarrmount/zarr.h"
 

@@ -1,4 +1,4 @@
-/* Tests for the mounted tree (src/fs/tree.c) over a fixture source, without
+/* Tests for the mounted tree (src/tree/) over a fixture source, without
  * FUSE: a listed name always exists; explain says what a path is.
  *
  * Cases found by tests/fuzz/fuzz_path.c stay here as regressions.
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 
 static zm_tree *tree;
 

@@ -276,4 +276,17 @@ static inline uint64_t zm_view_kept_ahead(const zm_view_kept *k, uint64_t cursor
                                      : ZM_VIEW_NOT_KEPT;
 }
 
+/* What a spec selects, without building its view (zm_view_create selects
+ * the same cells): the kernel request it makes (made: its columns, grid
+ * size and the strata's names filled in) and the selection, for `explain`.
+ * file/ selects nothing: its selection is every cell in file order and made
+ * holds only n. Free with zm_view_selection_free. */
+typedef struct zm_view_selection {
+    zm_view_request made;
+    zm_selection selection;
+} zm_view_selection;
+int zm_view_select(zm_source *source, const zm_view_spec *spec, zm_view_selection *out,
+                   zm_err *err);
+void zm_view_selection_free(zm_view_selection *selection);
+
 #endif

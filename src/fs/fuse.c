@@ -1,5 +1,5 @@
 /* The FUSE daemon: kernel requests (libfuse's low-level API) answered from
- * the tree (fs/tree.h), by path. Everything served is immutable for the
+ * the tree (zarrmount/tree.h), by path. Everything served is immutable for the
  * life of a mount, so the kernel is told to cache names, attributes,
  * missing names, directory listings and file pages for a day, and every
  * call that would change something answers EROFS. */
@@ -33,7 +33,7 @@
 #include "fs/options.h"
 #include "fs/passthrough.h"
 #include "fs/push.h"
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 
 #ifndef ZM_VERSION
 #define ZM_VERSION "unknown"

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 
 #define ZM__ROOT_INODE 1
 

@@ -23,7 +23,7 @@
 #include <fuse_lowlevel.h>
 
 #include "fs/inodes.h"
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 
 typedef struct zm__pusher zm__pusher;
 

@@ -1235,3 +1235,38 @@ int zm_view_create(zm_source *source, const zm_view_spec *spec, uint64_t chunk_b
     *out = view;
     return 0;
 }
+
+/* ---- Selections without a view ------------------------------------------------ */
+
+int zm_view_select(zm_source *source, const zm_view_spec *spec, zm_view_selection *out,
+                   zm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t n = zm_source_n_obs(source);
+    if (spec->kind == ZM_VIEW_FILE) {
+        zm_selection *s = &out->selection;
+        out->made.request.n = n;
+        s->n = s->k = n;
+        s->positions = malloc((n ? n : 1) * sizeof *s->positions);
+        s->order = malloc((n ? n : 1) * sizeof *s->order);
+        if (s->positions == NULL || s->order == NULL) {
+            zm_selection_free(s);
+            return zm_err_set(err, -ENOMEM, "out of memory ordering %" PRIu64 " cells", n);
+        }
+        for (uint64_t i = 0; i < n; i++)
+            s->positions[i] = s->order[i] = (uint32_t)i;
+        return 0;
+    }
+    int rc = zm_view_request_make(source, spec, &out->made, err);
+    if (rc == 0)
+        rc = zm_select(&out->made.request, &out->selection, err);
+    if (rc != 0)
+        zm_view_request_free(&out->made);
+    return rc;
+}
+
+void zm_view_selection_free(zm_view_selection *selection)
+{
+    zm_selection_free(&selection->selection);
+    zm_view_request_free(&selection->made);
+}

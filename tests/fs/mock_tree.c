@@ -1,4 +1,4 @@
-/* A stand-in for src/fs/tree.c: every function of src/fs/tree.h over a
+/* A stand-in for src/tree/: every function of zarrmount/tree.h over a
  * small fixed tree, so that the FUSE daemon (src/fs/fuse.c) can be mounted
  * and tested without HDF5. tests/fs/test_fuse.py knows the same tree.
  *
@@ -43,7 +43,7 @@
  * lends it, and every open_kept and read is appended to CACHE_DIR/log
  * ("kept PATH", "read PATH"), so a test sees which reads reached the
  * daemon. */
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -77,7 +77,7 @@ SLOW_DATA = {path: pattern(16 + i, 1 << 20) for i, path in enumerate(SLOW)}
 DIRECTORIES = ["full", "full/X", "many", "trouble", "trouble/badlist"]
 ROOT_NAMES = ["README", "big.bin", "empty", "full", "link", "many", "options", "trouble"]
 TROUBLE_NAMES = sorted(["badlist", "eio_read", "flaky", "unmade"] + [p.split("/")[1] for p in SLOW])
-# The size a file whose bytes could not be made reports (src/fs/tree.h: ZM_SIZE_UNMADE).
+# The size a file whose bytes could not be made reports (include/zarrmount/tree.h: ZM_SIZE_UNMADE).
 UNMADE_SIZE = 4096
 
 

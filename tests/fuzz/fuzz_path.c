@@ -1,4 +1,4 @@
-/* libFuzzer target: the mounted tree's path grammar (src/fs/tree.c), through
+/* libFuzzer target: the mounted tree's path grammar (src/tree/paths.c), through
  * the calls the FUSE layer makes with a path (zm__tree_lookup, _getattr,
  * _readlink, _list, _read) and `zarrmount explain`'s (zm__tree_explain),
  * over a small fixture source opened once.
@@ -22,7 +22,7 @@
 #include <jansson.h>
 #include <limits.h>
 
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 #include "fuzz.h"
 
 #ifndef ZM_FUZZ_FIXTURES

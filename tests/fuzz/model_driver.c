@@ -41,7 +41,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "fs/tree.h"
+#include "zarrmount/tree.h"
 #include "zarrmount/cli.h"
 #include "zarrmount/synth.h"
 

@@ -9,7 +9,7 @@ where the kernel decides, EINVAL for readlink of what is not a link; a few
 documented forms and kernel-normalized paths exist), and for every ENOENT
 the daemon logged "lookup PATH: missing: REASON" for the name the kernel
 asked about, with the reason the list names (the refusal branch in
-src/fs/tree.c). Then several thousand more hostile names, each new (the
+src/tree/paths.c). Then several thousand more hostile names, each new (the
 kernel keeps names that do not exist, so only new ones reach the daemon).
 
 The daemon's resident memory (VmRSS and VmHWM from /proc/PID/status) is

@@ -78,8 +78,8 @@ BINARY = os.environ.get("ZM_BINARY", "build/zarrmount")
 ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-MAX_VIEWS = 32                      # src/fs/tree.c: views the daemon keeps at once
-DISK_QUEUE_BYTES = 16 << 20         # src/fs/tree.c: chunks waiting to be filed on disk
+MAX_VIEWS = 32                      # src/tree/tree_internal.h: views the daemon keeps at once
+DISK_QUEUE_BYTES = 16 << 20         # src/tree/files.c: chunks waiting to be filed on disk
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer",
                      "ThreadSanitizer: ", "runtime error:", "SUMMARY: UndefinedBehaviorSanitizer")
 

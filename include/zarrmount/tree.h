@@ -1,12 +1,12 @@
-/* Internal to the fs module: the mounted tree as paths, without FUSE. The
- * FUSE glue (fuse.c) turns kernel requests into these calls; tree.c builds
- * the views (full/, file/, uniform/, blocks/) over a source.
+/* The tree module (src/tree/): the mounted tree as paths, without FUSE. The
+ * FUSE glue (src/fs/fuse.c) turns kernel requests into these calls; the
+ * tree builds the views (full/, file/, uniform/, blocks/) over a source.
  *
  * Paths are relative to the mount point, without leading or trailing
  * slashes: "" is the root, "full/X/data/.zarray" a file. Every call is
  * thread-safe and may block (it synthesizes); none keeps a pointer to path. */
-#ifndef ZARRMOUNT_FS_TREE_H
-#define ZARRMOUNT_FS_TREE_H
+#ifndef ZARRMOUNT_TREE_H
+#define ZARRMOUNT_TREE_H
 
 #include <stddef.h>
 #include <stdint.h>

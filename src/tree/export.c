@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs/tree.h"
 #include "zarrmount/cli.h"
+#include "zarrmount/tree.h"
 
 struct walk {
     zm_tree *tree;

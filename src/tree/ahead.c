@@ -1,0 +1,647 @@
+/* Work ahead of readers: encoding a walked array's chunks ahead on every
+ * core, the next walk started early, and synthesis ahead (one idle-priority
+ * worker per view making its chunks in priority order). Every thread of
+ * this work is started by one function, start_worker. */
+#include <errno.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "zarrmount/log.h"
+
+#include "tree/tree_internal.h"
+
+/* ---- The workers ----------------------------------------------------------------- */
+
+static void set_idle_priority(int idle)
+{
+    struct sched_param param = {0};
+    (void)pthread_setschedparam(pthread_self(), idle ? SCHED_IDLE : SCHED_OTHER, &param);
+}
+
+/* A worker as start_worker hands it to its thread. */
+struct worker_start {
+    void *(*run)(void *);
+    void *context;
+    int idle;
+};
+
+static void *worker_main(void *context)
+{
+    struct worker_start start = *(struct worker_start *)context;
+    free(context);
+    if (start.idle)
+        set_idle_priority(1);
+    return start.run(start.context);
+}
+
+/* Every thread of the work ahead starts here: run on a detached thread
+ * (nothing joins it: the tree's ahead_running counts it, under the tree's
+ * mutex, until it ends, and closing waits for that), at idle priority from
+ * its first step when idle (synthesis ahead: only when a core has nothing
+ * else to do), else at the caller's. 0, or -errno when no thread started
+ * (the caller takes back what it counted). The tree's two long-lived
+ * threads, which are joined, start on their own: the disk writer
+ * (files.c) and the progress teller (stats.c). */
+static int start_worker(void *(*run)(void *), void *context, int idle)
+{
+    struct worker_start *start = malloc(sizeof *start);
+    if (start == NULL)
+        return -ENOMEM;
+    *start = (struct worker_start){run, context, idle};
+    pthread_attr_t attr;
+    int rc = pthread_attr_init(&attr);
+    if (rc == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_t thread;
+        rc = pthread_create(&thread, &attr, worker_main, start);
+        pthread_attr_destroy(&attr);
+    }
+    if (rc != 0)
+        free(start);
+    return -rc;
+}
+
+/* ---- Encoding ahead --------------------------------------------------------------- */
+
+static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place *w);
+
+/* Forgets the arrays of a view about to be freed (evicted): none is being
+ * encoded (its threads hold the view), and a node of a later view may be
+ * allocated where one of these was. Under the tree's mutex. */
+void zm__forget_ahead(zm_tree *t, const zm_view *view)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < t->ahead_count; i++) {
+        if (t->ahead[i]->view == view)
+            free(t->ahead[i]);
+        else
+            t->ahead[kept++] = t->ahead[i];
+    }
+    t->ahead_count = kept;
+}
+
+/* Visits every array of the view's store, depth first, with its store
+ * path; a visit returning non-zero stops the walk. */
+typedef int (*array_visit)(void *context, const zm_store_node *node, const char *path);
+
+static void each_array(zm_view *view, array_visit visit, void *context)
+{
+    struct frame {
+        const zm_store_node *node;
+        size_t child;
+        size_t length;
+    } stack[64];
+    char current[1024] = "";
+    int depth = 0;
+    stack[0] = (struct frame){zm_view_root(view), 0, 0};
+    while (depth >= 0) {
+        struct frame *f = &stack[depth];
+        if (f->child == f->node->child_count) {
+            depth--;
+            continue;
+        }
+        const zm_store_node *c = f->node->children[f->child++];
+        size_t length = f->length;
+        int n = snprintf(current + length, sizeof current - length, "%s%s", length ? "/" : "", c->name);
+        if (n < 0 || (size_t)n >= sizeof current - length)
+            continue;
+        if (c->is_array) {
+            if (visit(context, c, current))
+                return;
+        } else if (depth + 1 < 64) {
+            stack[++depth] = (struct frame){c, 0, length + (size_t)n};
+        }
+    }
+}
+
+/* The place and full path ("<view key>/<store path>/<chunk key>") of
+ * chunk c, counted in C order, of the array at store_path. */
+static void chunk_place(const char *key, const char *store_path, const zm_store_node *node,
+                        uint64_t c, place *w, char *path, size_t size)
+{
+    memset(w, 0, sizeof *w);
+    w->node = node;
+    w->file = F_CHUNK;
+    for (int d = (int)node->meta.rank - 1; d >= 0; d--) {
+        w->coords[d] = c % node->grid[d];
+        c /= node->grid[d];
+    }
+    snprintf(w->store_path, sizeof w->store_path, "%s", store_path);
+    char chunk[ZM_ZARR_CHUNK_KEY_MAX];
+    zm_zarr_chunk_key(node->meta.rank, w->coords, chunk, sizeof chunk);
+    snprintf(path, size, "%s/%s/%s", key, store_path, chunk);
+}
+
+/* The array that follows a given one in the store's order and is walked,
+ * not walked yet. */
+struct next_walk {
+    zm_view *view;
+    const zm_store_node *after, *found;
+    int seen;
+    char path[1024];
+};
+
+static int find_next_walk(void *context, const zm_store_node *node, const char *path)
+{
+    struct next_walk *s = context;
+    if (s->seen && !zm_synth_walk_started(s->view, node) && zm_synth_walks(s->view, node)) {
+        s->found = node;
+        snprintf(s->path, sizeof s->path, "%s", path);
+        return 1;
+    }
+    s->seen |= node == s->after;
+    return 0;
+}
+
+/* Walks the array after a->node (the next walked one in the store's order)
+ * and starts encoding it ahead. */
+static void walk_next(struct ahead *a, zm_view *view)
+{
+    zm_tree *t = a->tree;
+    if (t->closing)
+        return;
+    struct next_walk next = {.view = view, .after = a->node};
+    each_array(view, find_next_walk, &next);
+    if (next.found == NULL)
+        return;
+    place w;
+    char path[1400];
+    chunk_place(a->key, next.path, next.found, 0, &w, path, sizeof path);
+    zm_cache_ref ref;
+    zm_err err;
+    /* Making chunk 0 walks the array; encoding its others starts. */
+    if (zm__file_in_cache(t, view, a->stats, path, &w, &ref, &err) == 0) {
+        zm_cache_release(t->files, &ref);
+        start_ahead(t, view, a->key, &w);
+    }
+}
+
+static void *encode_ahead(void *context)
+{
+    struct ahead *a = context;
+    zm_tree *t = a->tree;
+    zm_err err;
+    zm_view *view = a->view; /* held for this thread by start_ahead */
+    {
+        /* One thread first walks the next array (this one's walk is done),
+         * so that walking it overlaps encoding this one: a walk that waits
+         * for the reader, or for this array's last chunks, leaves cores
+         * idle. Walks still run one after another, each starting the next. */
+        pthread_mutex_lock(&t->mutex);
+        int hand_on = !a->handed_on;
+        a->handed_on = 1;
+        pthread_mutex_unlock(&t->mutex);
+        if (hand_on)
+            walk_next(a, view);
+        for (uint64_t c; !t->closing && (c = a->next++) < a->chunks;) {
+            place w;
+            char path[1400];
+            chunk_place(a->key, a->store_path, a->node, c, &w, path, sizeof path);
+            uint64_t kept;
+            if (t->kernel_reads_kept && zm__kept_size(t, view, path, &w, &kept)) {
+                a->done++; /* the kernel reads it from the disk cache */
+                continue;
+            }
+            zm_cache_ref ref;
+            if (zm__file_in_cache(t, view, a->stats, path, &w, &ref, &err) != 0)
+                break;
+            zm_cache_release(t->files, &ref);
+            a->done++;
+        }
+        /* Every chunk made: the walk's memory may go to the next walk
+         * (zm_synth_walk_retire). Said by whichever thread made the last. */
+        if (!t->closing && a->done >= a->chunks && zm_synth_walk_started(view, a->node))
+            zm_synth_walk_retire(view, a->node);
+    }
+    /* The view goes with the last use of a: once it is let go, it may be
+     * evicted, and a freed with it (zm__forget_ahead). */
+    pthread_mutex_lock(&t->mutex);
+    zm__view_release_locked(t, view);
+    a->running--;
+    t->ahead_running--;
+    pthread_cond_broadcast(&t->changed);
+    pthread_mutex_unlock(&t->mutex);
+    return NULL;
+}
+
+/* An array's values unencoded: what a walk of it holds. */
+static uint64_t array_raw_bytes(const zm_store_node *node)
+{
+    uint64_t raw = node->value_size;
+    for (unsigned d = 0; d < node->meta.rank; d++)
+        raw *= node->meta.shape[d];
+    return raw;
+}
+
+/* Starts encoding ahead the array at w of view (held by the caller). */
+static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place *w)
+{
+    const zm_store_node *node = w->node;
+    uint64_t chunks = 1, raw = array_raw_bytes(node);
+    for (unsigned d = 0; d < node->meta.rank; d++)
+        chunks *= node->grid[d];
+    /* Only arrays made by a walk (or, with a disk cache, filed by one: its
+     * chunks are then read from the disk ahead of the reader), and only
+     * what the cache can hold encoded (taken as half the raw size, a low
+     * estimate of what the codecs give on single-cell values); a larger
+     * array is encoded as it is read. */
+    if (t->closing || t->codec.kind == ZM_CODEC_NONE || (!zm_synth_walk_started(view, node) && t->disk == NULL) ||
+        chunks < 4 ||
+        raw / 2 > t->cache_bytes)
+        return;
+    pthread_mutex_lock(&t->mutex);
+    for (size_t i = 0; i < t->ahead_count; i++)
+        if (t->ahead[i]->node == node) {
+            pthread_mutex_unlock(&t->mutex);
+            return;
+        }
+    struct ahead **list = realloc(t->ahead, (t->ahead_count + 1) * sizeof *list);
+    struct ahead *a = list ? calloc(1, sizeof *a) : NULL;
+    if (list)
+        t->ahead = list;
+    if (a == NULL) {
+        pthread_mutex_unlock(&t->mutex);
+        return;
+    }
+    t->ahead[t->ahead_count++] = a;
+    a->tree = t;
+    a->view = view;
+    snprintf(a->key, sizeof a->key, "%s", key);
+    snprintf(a->store_path, sizeof a->store_path, "%s", w->store_path);
+    a->node = node;
+    a->chunks = chunks;
+    a->next = 0;
+    a->stats = zm__stats_for(t, key);
+    clock_gettime(CLOCK_MONOTONIC, &a->began);
+    for (unsigned i = 0; i < t->ahead_threads; i++) {
+        t->ahead_running++;
+        a->running++;
+        zm__view_hold_locked(t, view, 1);
+        if (start_worker(encode_ahead, a, 0) != 0) {
+            t->ahead_running--;
+            a->running--;
+            zm__view_hold_locked(t, view, -1);
+        }
+    }
+    pthread_mutex_unlock(&t->mutex);
+}
+
+static void *hand_on_early(void *context)
+{
+    struct ahead *a = context;
+    zm_tree *t = a->tree;
+    walk_next(a, a->view); /* held for this thread by start_next_walk_early */
+    zm__view_release(t, a->view);
+    free(a);
+    pthread_mutex_lock(&t->mutex);
+    t->ahead_running--;
+    pthread_cond_broadcast(&t->changed);
+    pthread_mutex_unlock(&t->mutex);
+    return NULL;
+}
+
+/* A walk of strings runs on one core (HDF5 reads them under its lock): the
+ * walk of the array after it starts at once on another thread, rather than
+ * when the strings are done. */
+static void start_next_walk_early(zm_tree *t, zm_view *view, const char *key, const place *w)
+{
+    if (t->closing || w->file != F_CHUNK || zm_synth_walk_started(view, w->node) ||
+        w->node->producer != ZM_PRODUCE_CELL_STRINGS || !zm_synth_walks(view, w->node))
+        return;
+    struct ahead *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return;
+    a->tree = t;
+    a->view = view;
+    snprintf(a->key, sizeof a->key, "%s", key);
+    snprintf(a->store_path, sizeof a->store_path, "%s", w->store_path);
+    a->node = w->node;
+    a->stats = zm__stats_for(t, key);
+    pthread_mutex_lock(&t->mutex);
+    t->ahead_running++;
+    zm__view_hold_locked(t, view, 1);
+    if (start_worker(hand_on_early, a, 0) != 0) {
+        t->ahead_running--;
+        zm__view_hold_locked(t, view, -1);
+        free(a);
+    }
+    pthread_mutex_unlock(&t->mutex);
+}
+
+static void ahead_raise(view_stats *vs, const zm_store_node *node);
+
+int zm__with_file(zm_tree *t, zm_view *view, view_stats *vs, const char *full_path,
+                  const place *w, zm_cache_ref *ref, zm_err *err)
+{
+    /* full_path is "<view key>/<store path>/<chunk key>". */
+    char key[ZM__VIEW_KEY] = "";
+    if (w->file == F_CHUNK) {
+        const char *chunk = strrchr(full_path, '/');
+        size_t tail = strlen(w->store_path) + (chunk ? strlen(chunk) : 0) + 1;
+        size_t length = strlen(full_path);
+        if (chunk && length > tail && length - tail < sizeof key)
+            snprintf(key, sizeof key, "%.*s", (int)(length - tail), full_path);
+    }
+    if (key[0])
+        start_next_walk_early(t, view, key, w);
+    ahead_raise(vs, w->node);
+    int rc = zm__file_in_cache(t, view, vs, full_path, w, ref, err);
+    if (rc == 0 && key[0] &&
+        (zm_synth_walk_started(view, w->node) ||
+         (t->disk != NULL && !t->kernel_reads_kept && zm__kept_on_disk(view, w->node))))
+        start_ahead(t, view, key, w);
+    return rc;
+}
+
+/* ---- Synthesis ahead ----------------------------------------------------------------- */
+
+/* Once a reader opens a view, one worker per view makes its chunks before
+ * they are asked for, in priority order: the chunks holding the first cells
+ * first, across every array of the store (chunk c of an array of g row
+ * chunks comes at c / g). It runs at idle priority and hands its decodes to
+ * the pool as background work, so readers' requests go first; it stops when
+ * no reader has asked anything of the view for a while (it starts again at
+ * the next request), when what it made would fill half the file cache (more
+ * would evict its own work), or when every chunk is made. A reader that
+ * asks for a chunk of the array the worker is making one of would wait for
+ * it: the worker is then raised to normal priority until that chunk is
+ * done, so a reader never waits behind idle-priority work. */
+
+int64_t zm__monotonic_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+typedef struct ahead_array {
+    const zm_store_node *node;
+    char path[1024];
+    uint64_t chunks, next; /* chunks in C order; the next to make */
+} ahead_array;
+
+/* Every array of the view's store with at least one chunk, with its path. */
+struct array_list {
+    ahead_array *items;
+    size_t count, capacity;
+};
+
+static int collect_array(void *context, const zm_store_node *node, const char *path)
+{
+    struct array_list *list = context;
+    uint64_t chunks = 1;
+    for (unsigned d = 0; d < node->meta.rank; d++)
+        chunks *= node->grid[d];
+    if (chunks == 0 || (node->meta.rank > 0 && node->meta.shape[0] == 0))
+        return 0;
+    if (list->count == list->capacity) {
+        size_t capacity = list->capacity ? list->capacity * 2 : 32;
+        ahead_array *grown = realloc(list->items, capacity * sizeof *grown);
+        if (grown == NULL)
+            return 1; /* the arrays so far */
+        list->items = grown;
+        list->capacity = capacity;
+    }
+    ahead_array *a = &list->items[list->count++];
+    *a = (ahead_array){.node = node, .chunks = chunks};
+    snprintf(a->path, sizeof a->path, "%s", path);
+    return 0;
+}
+
+static ahead_array *ahead_arrays(zm_view *view, size_t *count)
+{
+    struct array_list list = {0};
+    each_array(view, collect_array, &list);
+    *count = list.count;
+    return list.items;
+}
+
+/* Where the next chunk of an array lies in priority order: the share of
+ * its rows before it (0 for a 0-d array). */
+static double ahead_position(const ahead_array *a)
+{
+    const zm_store_node *node = a->node;
+    if (node->meta.rank == 0 || node->grid[0] == 0)
+        return 0;
+    uint64_t per_row_chunk = a->chunks / node->grid[0];
+    return (double)(a->next / per_row_chunk) / (double)node->grid[0];
+}
+
+/* Whether the worker may make an array whose chunks need a walk not made
+ * yet: not a walk of strings (HDF5 reads them under its global lock, which
+ * a reader's own HDF5 reads would then wait behind), and not one larger
+ * than what is left of its share of the cache (a walk holds the whole
+ * array: a reader that opens an atlas's full/ for its obs must not find
+ * the daemon gathering all of X). Readers still walk whatever they ask. */
+static int ahead_may_walk(zm_view *view, const zm_store_node *node, uint64_t room)
+{
+    if (!zm_synth_walks(view, node) && !(node->producer == ZM_PRODUCE_CELL_STRINGS &&
+                                         !zm_view_is_identity(view) && node->meta.rank > 0))
+        return 1;
+    if (zm_synth_walk_started(view, node))
+        return 1; /* walked already: its chunks are cut, not gathered */
+    if (node->producer == ZM_PRODUCE_CELL_STRINGS)
+        return 0;
+    return array_raw_bytes(node) <= room;
+}
+
+typedef struct ahead_worker {
+    zm_tree *tree;
+    view_stats *stats;
+} ahead_worker;
+
+static int ahead_run(zm_tree *t, view_stats *vs, zm_view *view)
+{
+    size_t count = 0;
+    ahead_array *arrays = ahead_arrays(view, &count);
+    uint64_t bound = t->cache_bytes / 2, made = 0;
+    int state = AHEAD_DONE;
+    int64_t started = zm__monotonic_ns();
+    uint64_t chunks_this_run = 0, total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += arrays[i].chunks;
+    vs->ahead_total = total;
+    vs->ahead_run_chunks = 0;
+    for (;;) {
+        /* A reader waits for a view to be let go: this one goes (it starts
+         * again at its view's next request). */
+        if (t->closing || t->view_waiters > 0) {
+            state = AHEAD_IDLE;
+            break;
+        }
+        if (zm__monotonic_ns() - vs->last_read_ns > t->ahead_idle_ns) {
+            state = AHEAD_IDLE;
+            break;
+        }
+        if (made >= bound) {
+            state = AHEAD_BOUND;
+            break;
+        }
+        /* The chunk nearest the first cells, earlier arrays first on ties. */
+        ahead_array *a = NULL;
+        double best = 2;
+        for (size_t i = 0; i < count; i++) {
+            if (arrays[i].next >= arrays[i].chunks)
+                continue;
+            double at = ahead_position(&arrays[i]);
+            if (at < best) {
+                best = at;
+                a = &arrays[i];
+            }
+        }
+        if (a == NULL)
+            break; /* every chunk made */
+        if (a->next == 0 && !ahead_may_walk(view, a->node, bound - (made < bound ? made : bound))) {
+            a->next = a->chunks; /* left to readers */
+            continue;
+        }
+        if (t->ahead_rate > 0) {
+            /* At most ahead_rate chunks a second since this run began. */
+            int64_t due = started + (int64_t)((double)chunks_this_run * 1e9 / t->ahead_rate);
+            int64_t wait = due - zm__monotonic_ns();
+            if (wait > 0) {
+                struct timespec pause = {wait / 1000000000, wait % 1000000000};
+                nanosleep(&pause, NULL);
+                continue; /* look at idleness again first */
+            }
+        }
+        place w;
+        char path[1400];
+        chunk_place(vs->key, a->path, a->node, a->next++, &w, path, sizeof path);
+        /* Back to idle priority if a reader raised it for the last chunk. */
+        if (!vs->ahead_background) {
+            set_idle_priority(1);
+            vs->ahead_background = 1;
+        }
+        uint64_t kept;
+        if (t->kernel_reads_kept && zm__kept_size(t, view, path, &w, &kept))
+            continue; /* the kernel reads it from the disk cache */
+        vs->ahead_node = a->node;
+        zm_cache_ref ref;
+        zm_err err;
+        zm_err_clear(&err);
+        int rc = zm__file_in_cache(t, view, vs, path, &w, &ref, &err);
+        vs->ahead_node = NULL;
+        if (rc != 0) {
+            pthread_mutex_lock(&t->mutex);
+            snprintf(vs->ahead_reason, sizeof vs->ahead_reason, "%s", err.reason);
+            pthread_mutex_unlock(&t->mutex);
+            zm_log(LOG_WARNING, "synthesis ahead of %s stopped: %s", vs->key, err.reason);
+            state = AHEAD_FAILED;
+            break;
+        }
+        made += ref.size;
+        vs->ahead_bytes += ref.size;
+        zm_cache_release(t->files, &ref);
+        vs->ahead_chunks++;
+        vs->ahead_run_chunks++;
+        chunks_this_run++;
+    }
+    free(arrays);
+    return state;
+}
+
+static void *synthesize_ahead(void *context)
+{
+    ahead_worker *worker = context;
+    zm_tree *t = worker->tree;
+    view_stats *vs = worker->stats;
+    free(worker);
+    vs->ahead_tid = (pid_t)syscall(SYS_gettid); /* at idle priority already (start_worker) */
+    vs->ahead_background = 1;
+    const _Atomic int *own = zm_source_background_set(&vs->ahead_background);
+    int state = AHEAD_FAILED;
+    target tg;
+    zm_err err;
+    zm_err_clear(&err);
+    zm_view *view = NULL;
+    int rc = zm__parse_path(t, vs->key, &tg, &err);
+    if (rc == 0 && (rc = zm__view_get(t, &tg, &view, 0, &err)) == 0) {
+        state = ahead_run(t, vs, view);
+        zm__view_release(t, view);
+    } else if (rc == -EBUSY) {
+        state = AHEAD_IDLE; /* every view is in use: again at the view's next request */
+    } else {
+        pthread_mutex_lock(&t->mutex);
+        snprintf(vs->ahead_reason, sizeof vs->ahead_reason, "%s", err.reason);
+        pthread_mutex_unlock(&t->mutex);
+    }
+    zm_source_background_set(own);
+    vs->ahead_tid = 0;
+    pthread_mutex_lock(&t->mutex);
+    vs->ahead_state = state;
+    t->ahead_running--;
+    pthread_cond_broadcast(&t->changed);
+    pthread_mutex_unlock(&t->mutex);
+    return NULL;
+}
+
+/* A reader asked something of the view: note it, and start its worker if
+ * none runs (again after it stopped idle; not after it made everything,
+ * filled its share of the cache or failed). */
+void zm__ahead_touch(zm_tree *t, view_stats *vs)
+{
+    if (t->ahead_idle_ns <= 0 || vs == &t->outside || vs == &t->more_views || t->closing)
+        return;
+    vs->last_read_ns = zm__monotonic_ns();
+    if (vs->ahead_state != AHEAD_NONE && vs->ahead_state != AHEAD_IDLE)
+        return; /* an unlocked look first: this is every request's path */
+    pthread_mutex_lock(&t->mutex);
+    if ((vs->ahead_state == AHEAD_NONE || vs->ahead_state == AHEAD_IDLE) && !t->closing) {
+        ahead_worker *worker = malloc(sizeof *worker);
+        if (worker != NULL) {
+            *worker = (ahead_worker){t, vs};
+            vs->ahead_state = AHEAD_RUNNING;
+            vs->ahead_runs++;
+            clock_gettime(CLOCK_MONOTONIC, &vs->ahead_began);
+            t->ahead_running++;
+            if (start_worker(synthesize_ahead, worker, 1) != 0) {
+                t->ahead_running--;
+                vs->ahead_state = AHEAD_FAILED;
+                snprintf(vs->ahead_reason, sizeof vs->ahead_reason, "cannot start a thread");
+                free(worker);
+            }
+        }
+    }
+    pthread_mutex_unlock(&t->mutex);
+}
+
+/* A reader is about to need a chunk of node: if the view's worker is making
+ * one of the same array (the same chunk, or the walk every chunk of it
+ * waits for), it runs at normal priority until that chunk is done. */
+static void ahead_raise(view_stats *vs, const zm_store_node *node)
+{
+    if (vs->ahead_node != node || node == NULL || !vs->ahead_background)
+        return;
+    vs->ahead_background = 0; /* its pool work is ordinary from now on */
+    pid_t tid = vs->ahead_tid;
+    struct sched_param param = {0};
+    if (tid > 0)
+        (void)sched_setscheduler(tid, SCHED_OTHER, &param);
+}
+
+/* A reader waits for a view to be let go (zm__view_get): every worker runs at
+ * normal priority until it stops, at its next chunk, so that the reader
+ * does not wait behind idle-priority work. */
+
+void zm__ahead_make_way(zm_tree *t)
+{
+    size_t count;
+    view_stats **views = zm__stats_list(t, &count);
+    for (size_t i = 0; i < count; i++) {
+        view_stats *vs = views[i];
+        pid_t tid = vs->ahead_tid;
+        if (tid > 0 && vs->ahead_background) {
+            vs->ahead_background = 0;
+            struct sched_param param = {0};
+            (void)sched_setscheduler(tid, SCHED_OTHER, &param);
+        }
+    }
+    free(views);
+}

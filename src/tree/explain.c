@@ -1,0 +1,471 @@
+/* explain: what a path of the tree is, resolved without reading a chunk
+ * (zm__tree_explain: a directory, a share= or pct= link and the size rule,
+ * or a view: method, n, k, seed, settings and where they came from, digest,
+ * strata, first cells), and the command over it, `zarrmount explain SOURCE
+ * PATH` and `zarrmount explain MNT/PATH` (why a path does not exist: exit
+ * 2). */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tree/tree_internal.h"
+#include "zarrmount/text.h"
+#include "zarrmount/cli.h"
+
+/* ---- explain ---------------------------------------------------------------------- */
+
+/* The obs index names of count source rows (any order), or NULL. */
+static json_t *cell_names(zm_tree *t, const uint32_t *rows, size_t count)
+{
+    const zm_element *obs = zm_source_find(t->source, "obs");
+    if (obs == NULL || obs->index == NULL || obs->index->kind != ZM_ELEMENT_STRING_ARRAY ||
+        count == 0)
+        return NULL;
+    uint64_t *sorted = malloc(count * sizeof *sorted);
+    if (sorted == NULL)
+        return NULL;
+    size_t unique = 0;
+    for (size_t i = 0; i < count; i++)
+        sorted[i] = rows[i];
+    for (size_t i = 1; i < count; i++) /* insertion sort: a few rows */
+        for (size_t j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+            uint64_t swap = sorted[j];
+            sorted[j] = sorted[j - 1];
+            sorted[j - 1] = swap;
+        }
+    for (size_t i = 0; i < count; i++)
+        if (unique == 0 || sorted[unique - 1] != sorted[i])
+            sorted[unique++] = sorted[i];
+    zm_strings s;
+    zm_err err;
+    json_t *names = NULL;
+    if (zm_array_read_strings(t->source, obs->index->values, sorted, unique, &s, &err) == 0) {
+        names = json_array();
+        for (size_t i = 0; i < count; i++) {
+            size_t at = 0;
+            while (sorted[at] != rows[i])
+                at++;
+            json_array_append_new(names, json_stringn(s.bytes + s.offsets[at],
+                                                      s.offsets[at + 1] - s.offsets[at]));
+        }
+        zm_strings_free(&s);
+    }
+    free(sorted);
+    return names;
+}
+
+/* A spatial box number as its coordinates on the grid. */
+static json_t *box_name(uint64_t box, uint64_t grid, unsigned dims)
+{
+    uint64_t all = 1;
+    for (unsigned d = 0; d < dims; d++)
+        all *= grid;
+    if (box >= all)
+        return json_string("(a coordinate not finite)");
+    json_t *coords = json_array();
+    for (unsigned d = 0; d < dims; d++) {
+        json_array_append_new(coords, json_integer((json_int_t)(box % grid)));
+        box /= grid;
+    }
+    return coords;
+}
+
+static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
+{
+    const zm_view_spec *spec = &tg->spec;
+    uint64_t n = zm_source_n_obs(t->source);
+    json_object_set_new(out, "view", json_string(tg->key));
+    json_object_set_new(out, "method", json_string(zm_view_kind_name(spec->kind)));
+    json_object_set_new(out, "nObs", json_integer((json_int_t)n));
+    if (tg->rest[0])
+        json_object_set_new(out, "inside", json_string(tg->rest));
+    /* The cells the view layer selects for the spec, as it does for the
+     * view itself, without building it. */
+    zm_view_selection chosen;
+    int rc = zm_view_select(t->source, spec, &chosen, err);
+    if (rc != 0)
+        return rc;
+    const zm_view_request *made = &chosen.made;
+    const zm_selection *selection = &chosen.selection;
+    const zm_request *r = &made->request;
+    char digest[17];
+    zm_cellset_digest(selection->positions, selection->k, selection->n, digest);
+    if (spec->kind == ZM_VIEW_FILE) {
+        json_object_set_new(out, "k", json_integer((json_int_t)n));
+        json_object_set_new(out, "digest", json_string(digest));
+        json_object_set_new(out, "rule", json_string("every cell, in file order: the source as "
+                                                     "it is, no selection"));
+        zm_view_selection_free(&chosen);
+        return 0;
+    }
+    json_object_set_new(out, "seed", json_integer(r->seed));
+    json_object_set_new(out, "kRequested", json_integer((json_int_t)r->k));
+    json_object_set_new(out, "k", json_integer((json_int_t)selection->k));
+    json_object_set_new(out, "digest", json_string(digest));
+    switch (spec->kind) {
+    case ZM_VIEW_FULL:
+        json_object_set_new(out, "rule", json_string("every cell in the priority order of seed 0 "
+                                                     "(the uniform method with k = n)"));
+        break;
+    case ZM_VIEW_UNIFORM:
+        json_object_set_new(out, "rule", json_string("the k cells of lowest rank(seed, position), "
+                                                     "in rank order"));
+        break;
+    case ZM_VIEW_BLOCKS:
+        json_object_set_new(out, "blockSize", json_integer((json_int_t)spec->block_size));
+        json_object_set_new(
+            out, "blockSizeFrom",
+            spec->block_size_given
+                ? json_string("the path (B=)")
+                : json_pack("{s:s, s:s, s:s}", "rule", t->b0.rule, "element", t->b0.element,
+                            "explanation", t->b0.explanation));
+        json_object_set_new(out, "rule",
+                            json_string("blocks of B neighbouring cells in file order, taken whole "
+                                        "in order of rank(seed, block number) until the next would "
+                                        "pass k; that one gives its first cells"));
+        break;
+    case ZM_VIEW_STRATIFIED:
+        json_object_set_new(out, "field", json_string(spec->field));
+        json_object_set_new(out, "allocation", json_string(zm_allocation_name(spec->allocation)));
+        json_object_set_new(out, "minimum", json_integer((json_int_t)spec->minimum));
+        json_object_set_new(out, "rule",
+                            json_string("each category keeps min(m, its cells) first; the rest of k "
+                                        "is split over the categories with room (proportional: "
+                                        "largest remainder; balanced: water-filling); each keeps "
+                                        "its lowest-ranked cells"));
+        break;
+    case ZM_VIEW_SPATIAL: {
+        json_t *columns = json_array();
+        for (unsigned c = 0; c < r->dims; c++)
+            json_array_append_new(columns, json_integer(made->columns[c]));
+        json_object_set_new(out, "embedding", json_string(spec->embedding));
+        json_object_set_new(out, "columns", columns);
+        json_object_set_new(out, "gridSize", json_integer((json_int_t)r->grid_size));
+        json_object_set_new(out, "rule",
+                            json_string("cells placed on a grid of G boxes per axis over the "
+                                        "columns (as float32), k split balanced over the occupied "
+                                        "boxes, each keeping its lowest-ranked cells"));
+        break;
+    }
+    case ZM_VIEW_FILE:
+        break;
+    }
+    if (selection->strata_count > 0) {
+        json_t *strata = json_array();
+        for (size_t i = 0; i < selection->strata_count; i++) {
+            const zm_stratum *s = &selection->strata[i];
+            json_t *name;
+            if (spec->kind == ZM_VIEW_STRATIFIED)
+                name = s->id < made->strata.count
+                           ? json_stringn(made->strata.names.bytes + made->strata.names.offsets[s->id],
+                                          made->strata.names.offsets[s->id + 1] -
+                                              made->strata.names.offsets[s->id])
+                           : json_string("(missing)");
+            else
+                name = box_name(s->id, r->grid_size, r->dims);
+            json_array_append_new(strata, json_pack("{s:I, s:o, s:I, s:I}", "stratum",
+                                                    (json_int_t)s->id, "name", name ? name : json_null(),
+                                                    "cells", (json_int_t)s->size, "kept",
+                                                    (json_int_t)s->kept));
+        }
+        json_object_set_new(out, "strata", strata);
+    }
+    size_t first = selection->k < 10 ? (size_t)selection->k : 10;
+    json_t *cells = json_array();
+    for (size_t i = 0; i < first; i++)
+        json_array_append_new(cells, json_integer(selection->order[i]));
+    json_object_set_new(out, "firstCells", cells);
+    json_t *names = cell_names(t, selection->order, first);
+    if (names != NULL)
+        json_object_set_new(out, "firstCellNames", names);
+    zm_view_selection_free(&chosen);
+    return 0;
+}
+
+int zm__tree_explain(zm_tree *t, const char *path, json_t **out, zm_err *err)
+{
+    *out = NULL;
+    target tg;
+    int rc = zm__parse_path(t, path, &tg, err);
+    if (rc != 0)
+        return rc;
+    /* The path as JSON holds it: UTF-8 (it may be any bytes). */
+    size_t length = strlen(path);
+    char *shown = malloc(length + 1);
+    if (shown != NULL)
+        zm_text_utf8_copy(shown, length + 1, path);
+    json_t *e = shown ? json_pack("{s:s}", "path", shown) : NULL;
+    free(shown);
+    if (e == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    static const char *const what[] = {
+        [T_ROOT] = "the mount: one directory a method (full, file, uniform, blocks, stratified, "
+                   "spatial) and .zarrmount",
+        [T_INFO_DIR] = "the mount's own files",
+        [T_INFO_FILE] = "the source, its identity, the version and the options",
+        [T_STATS_FILE] = "the mount's counters, per view and in total (a new snapshot at every "
+                         "open)",
+        [T_METHOD] = "a method: its settings, then seeds",
+        [T_BLOCK] = "blocks of this size: seeds",
+        [T_FIELD] = "the settings of the method over this key, or seeds at the defaults",
+        [T_ALLOC] = "minimums per category",
+        [T_MINIMUM] = "seeds",
+        [T_GRID] = "columns of the embedding",
+        [T_COLUMNS] = "seeds",
+        [T_SEED] = "sizes: k=<K> views, share= and pct= links to them",
+    };
+    switch (tg.kind) {
+    case T_LINK: {
+        /* The size rule, then the view the link names. */
+        const char *slash = strrchr(path, '/');
+        const char *leaf = slash ? slash + 1 : path;
+        json_object_set_new(e, "kind", json_string("link"));
+        json_object_set_new(e, "target", json_string(tg.link));
+        json_object_set_new(e, "size", json_string(leaf));
+        json_object_set_new(
+            e, "sizeRule",
+            json_string("k = min(n, max(1, floor((2nP + Q) / 2Q))) for the exact fraction P/Q the "
+                        "decimal names (a percentage over 100), in exact integer arithmetic"));
+        char view_path[2048];
+        snprintf(view_path, sizeof view_path, "%.*s%s", (int)(leaf - path), path, tg.link);
+        target viewed;
+        rc = zm__parse_path(t, view_path, &viewed, err);
+        if (rc == 0)
+            rc = explain_view(t, &viewed, e, err);
+        break;
+    }
+    case T_VIEW:
+        json_object_set_new(e, "kind", json_string("view"));
+        rc = explain_view(t, &tg, e, err);
+        break;
+    default: {
+        /* .zarrmount's two files, or a directory; only a method's own
+         * directories name the method. */
+        int file = tg.kind == T_INFO_FILE || tg.kind == T_STATS_FILE;
+        json_object_set_new(e, "kind", json_string(file ? "file" : "directory"));
+        json_object_set_new(e, "holds", json_string(what[tg.kind]));
+        if (!file && tg.kind != T_ROOT && tg.kind != T_INFO_DIR)
+            json_object_set_new(e, "method", json_string(zm_view_kind_name(tg.spec.kind)));
+        break;
+    }
+    }
+    if (rc != 0) {
+        json_decref(e);
+        return rc == -EINVAL ? -ENOENT : rc;
+    }
+    *out = e;
+    return 0;
+}
+
+/* ---- The command ---------------------------------------------------------------- */
+
+#define EXIT_REFUSED 2
+
+/* For MNT/PATH: the mount's root (the longest prefix holding
+ * .zarrmount/info.json), its source, and the path inside. */
+static int find_mount(const char *given, char **source, char **inside, zm_err *err)
+{
+    char absolute[PATH_MAX * 2];
+    if (given[0] == '/') {
+        snprintf(absolute, sizeof absolute, "%s", given);
+    } else {
+        char cwd[PATH_MAX];
+        if (getcwd(cwd, sizeof cwd) == NULL)
+            return zm_err_set(err, -errno, "cannot find the current directory: %s", strerror(errno));
+        snprintf(absolute, sizeof absolute, "%s/%s", cwd, given);
+    }
+    size_t length = strlen(absolute);
+    while (length > 1 && absolute[length - 1] == '/')
+        absolute[--length] = '\0';
+    for (size_t end = length; end > 0; end--) {
+        if (end != length && absolute[end] != '/')
+            continue;
+        char info[PATH_MAX * 2 + 32];
+        snprintf(info, sizeof info, "%.*s/.zarrmount/info.json", (int)end, absolute);
+        struct stat st;
+        if (stat(info, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        json_error_t error;
+        json_t *document = json_load_file(info, 0, &error);
+        const char *path = json_string_value(json_object_get(document, "source"));
+        if (path == NULL) {
+            json_decref(document);
+            return zm_err_set(err, -EINVAL, "%s does not name the mount's source", info);
+        }
+        *source = strdup(path);
+        json_decref(document);
+        const char *rest = absolute + end;
+        while (*rest == '/')
+            rest++;
+        *inside = strdup(rest);
+        return *source && *inside ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
+    }
+    return zm_err_set(err, -EINVAL,
+                      "%s is not inside a zarrmount mount (no .zarrmount/info.json above it): "
+                      "give SOURCE PATH",
+                      given);
+}
+
+static void print_value(FILE *out, const json_t *v)
+{
+    char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    fputs(text ? text : "?", out);
+    free(text);
+}
+
+static void print_text(FILE *out, const json_t *e)
+{
+    const char *kind = json_string_value(json_object_get(e, "kind"));
+    printf("%s: %s\n", json_string_value(json_object_get(e, "path")), kind);
+    if (kind && (strcmp(kind, "directory") == 0 || strcmp(kind, "file") == 0)) {
+        fprintf(out, "  holds       %s\n", json_string_value(json_object_get(e, "holds")));
+        return;
+    }
+    if (kind && strcmp(kind, "link") == 0)
+        fprintf(out, "  link        %s -> %s\n  size rule   %s\n",
+                json_string_value(json_object_get(e, "size")),
+                json_string_value(json_object_get(e, "target")),
+                json_string_value(json_object_get(e, "sizeRule")));
+    static const struct {
+        const char *key, *label;
+    } rows[] = {
+        {"view", "view"},          {"inside", "inside"},        {"method", "method"},
+        {"rule", "rule"},          {"nObs", "cells (n)"},       {"kRequested", "k asked"},
+        {"k", "k kept"},           {"seed", "seed"},            {"blockSize", "block size"},
+        {"blockSizeFrom", "B from"}, {"field", "field"},        {"allocation", "allocation"},
+        {"minimum", "minimum"},    {"embedding", "embedding"},  {"columns", "columns"},
+        {"gridSize", "grid size"}, {"digest", "digest"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const json_t *v = json_object_get(e, rows[i].key);
+        if (v == NULL)
+            continue;
+        fprintf(out, "  %-11s ", rows[i].label);
+        if (json_is_string(v))
+            fputs(json_string_value(v), out);
+        else if (json_is_object(v))
+            fprintf(out, "%s (%s: %s)", json_string_value(json_object_get(v, "rule")),
+                    json_string_value(json_object_get(v, "element")),
+                    json_string_value(json_object_get(v, "explanation")));
+        else
+            print_value(out, v);
+        fputc('\n', out);
+    }
+    const json_t *strata = json_object_get(e, "strata");
+    if (strata) {
+        fprintf(out, "  strata      %zu occupied (stratum, name: cells -> kept)\n",
+                json_array_size(strata));
+        size_t i;
+        const json_t *s;
+        json_array_foreach(strata, i, s) {
+            if (i == 50) {
+                fprintf(out, "              ... %zu more (--json lists them all)\n",
+                        json_array_size(strata) - 50);
+                break;
+            }
+            fprintf(out, "              %lld, ", (long long)json_integer_value(json_object_get(s, "stratum")));
+            print_value(out, json_object_get(s, "name"));
+            fprintf(out, ": %lld -> %lld\n", (long long)json_integer_value(json_object_get(s, "cells")),
+                    (long long)json_integer_value(json_object_get(s, "kept")));
+        }
+    }
+    const json_t *cells = json_object_get(e, "firstCells");
+    if (cells) {
+        const json_t *names = json_object_get(e, "firstCellNames");
+        fprintf(out, "  first cells ");
+        size_t i;
+        const json_t *c;
+        json_array_foreach(cells, i, c) {
+            fprintf(out, "%s%lld", i ? ", " : "", (long long)json_integer_value(c));
+            if (names)
+                fprintf(out, " (%s)", json_string_value(json_array_get(names, i)));
+        }
+        fputc('\n', out);
+    }
+}
+
+int zm_fs_explain(int argc, char **argv)
+{
+    const char *positional[2];
+    int count = 0, as_json = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            as_json = 1;
+        else if (count < 2 && argv[i][0] != '-')
+            positional[count++] = argv[i];
+        else {
+            fprintf(stderr, "zarrmount explain: unexpected argument '%s' (usage: zarrmount explain "
+                            "SOURCE PATH [--json] or zarrmount explain MNT/PATH [--json])\n",
+                    argv[i]);
+            return EXIT_REFUSED;
+        }
+    }
+    if (count == 0) {
+        fprintf(stderr, "zarrmount explain: give SOURCE PATH or MNT/PATH\n");
+        return EXIT_REFUSED;
+    }
+    zm_err err;
+    zm_err_clear(&err);
+    char *source = NULL, *inside = NULL;
+    if (count == 2) {
+        source = strdup(positional[0]);
+        inside = strdup(positional[1]);
+    } else if (find_mount(positional[0], &source, &inside, &err) != 0) {
+        fprintf(stderr, "zarrmount explain: %s\n", err.reason);
+        return EXIT_REFUSED;
+    }
+    /* Paths inside the tree have no leading or trailing slash. */
+    char *path = inside;
+    while (*path == '/')
+        path++;
+    size_t length = strlen(path);
+    while (length > 0 && path[length - 1] == '/')
+        path[--length] = '\0';
+    zm_tree_options options = {.source = source, .threads = 1, .cache_dir = "none"};
+    zm_tree *tree = NULL;
+    int status = 0;
+    int rc = zm__tree_open(&options, &tree, &err);
+    json_t *e = NULL;
+    if (rc == 0)
+        rc = zm__tree_explain(tree, path, &e, &err);
+    if (rc == 0) {
+        if (as_json) {
+            char *text = json_dumps(e, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+            printf("%s\n", text ? text : "{}");
+            free(text);
+        } else {
+            print_text(stdout, e);
+        }
+    } else if (as_json) {
+        /* JSON holds UTF-8 only; the path (and the reason quoting it) may be any bytes. */
+        char *shown = malloc(strlen(path) + 1);
+        char reason[ZM_REASON_MAX];
+        if (shown != NULL)
+            zm_text_utf8_copy(shown, strlen(path) + 1, path);
+        zm_text_utf8_copy(reason, sizeof reason, err.reason);
+        json_t *refusal = json_pack("{s:s, s:s, s:s}", "path", shown ? shown : "", "kind", "refused",
+                                    "reason", reason);
+        free(shown);
+        char *text = json_dumps(refusal, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        printf("%s\n", text ? text : "{}");
+        free(text);
+        json_decref(refusal);
+        status = rc == -ENOMEM ? 1 : EXIT_REFUSED;
+    } else {
+        printf("%s: does not exist: %s\n", path[0] ? path : "/", err.reason);
+        status = rc == -ENOMEM ? 1 : EXIT_REFUSED;
+    }
+    json_decref(e);
+    if (tree)
+        zm__tree_close(tree);
+    free(source);
+    free(inside);
+    if (fflush(stdout) != 0)
+        status = 1;
+    return status;
+}

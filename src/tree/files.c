@@ -1,0 +1,621 @@
+/* Making the files of a view: metadata documents and chunks (synthesized,
+ * then encoded), the sizes of files made, the chunks kept on disk across
+ * mounts (their keys, the passthrough and push reads of them) and the
+ * disk writer that files them at idle priority. */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "zarrmount/log.h"
+
+#include "tree/tree_internal.h"
+
+/* ---- Sizes ----------------------------------------------------------------- */
+
+int zm__size_get(zm_tree *t, uint64_t key, uint64_t *size)
+{
+    int found = 0;
+    pthread_mutex_lock(&t->mutex);
+    if (t->sizes.capacity) {
+        size_t i = key % t->sizes.capacity;
+        while (t->sizes.keys[i] != 0) {
+            if (t->sizes.keys[i] == key) {
+                *size = t->sizes.sizes[i];
+                found = 1;
+                break;
+            }
+            i = (i + 1) % t->sizes.capacity;
+        }
+    }
+    pthread_mutex_unlock(&t->mutex);
+    return found;
+}
+
+/* Sizes remembered at most (8 MiB of table): past it the table starts
+ * again empty. Every size is a file's, which is the same bytes whenever it
+ * is made, so a forgotten one is found again by making the file; reading
+ * ever more distinct files (views without end) cannot grow the daemon. */
+#define SIZES_KEPT ((size_t)1 << 18)
+
+static void size_put(zm_tree *t, uint64_t key, uint64_t size)
+{
+    key |= 1; /* 0 marks an empty slot */
+    pthread_mutex_lock(&t->mutex);
+    if (t->sizes.count >= SIZES_KEPT) {
+        free(t->sizes.keys);
+        free(t->sizes.sizes);
+        t->sizes.keys = t->sizes.sizes = NULL;
+        t->sizes.capacity = t->sizes.count = 0;
+    }
+    if ((t->sizes.count + 1) * 2 > t->sizes.capacity) {
+        size_t capacity = t->sizes.capacity ? t->sizes.capacity * 2 : 1024;
+        uint64_t *keys = calloc(capacity, sizeof *keys), *sizes = calloc(capacity, sizeof *sizes);
+        if (keys && sizes) {
+            for (size_t i = 0; i < t->sizes.capacity; i++) {
+                if (t->sizes.keys[i] == 0)
+                    continue;
+                size_t j = t->sizes.keys[i] % capacity;
+                while (keys[j] != 0)
+                    j = (j + 1) % capacity;
+                keys[j] = t->sizes.keys[i];
+                sizes[j] = t->sizes.sizes[i];
+            }
+            free(t->sizes.keys);
+            free(t->sizes.sizes);
+            t->sizes.keys = keys;
+            t->sizes.sizes = sizes;
+            t->sizes.capacity = capacity;
+        } else {
+            free(keys);
+            free(sizes);
+        }
+    }
+    if (t->sizes.capacity && (t->sizes.count + 1) * 2 <= t->sizes.capacity) {
+        size_t i = key % t->sizes.capacity;
+        while (t->sizes.keys[i] != 0 && t->sizes.keys[i] != key)
+            i = (i + 1) % t->sizes.capacity;
+        if (t->sizes.keys[i] == 0)
+            t->sizes.count++;
+        t->sizes.keys[i] = key;
+        t->sizes.sizes[i] = size;
+    }
+    pthread_mutex_unlock(&t->mutex);
+}
+
+static uint64_t path_key(const char *path) { return zm_cache_key(path, strlen(path)) | 1; }
+
+static int dump(json_t *doc, uint8_t **bytes, size_t *size, zm_err *err)
+{
+    char *text;
+    size_t length;
+    if (doc == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    int rc = zm_zarr_dump(doc, &text, &length, err);
+    json_decref(doc);
+    if (rc == 0) {
+        *bytes = (uint8_t *)text;
+        *size = length;
+    }
+    return rc;
+}
+
+static json_t *array_document(zm_tree *t, const zm_store_node *node)
+{
+    zm_zarr_array_meta meta = node->meta;
+    meta.codec = meta.rank == 0 || t->codec.kind == ZM_CODEC_NONE ? NULL : &t->codec;
+    return zm_zarr_array_document(&meta);
+}
+
+/* Every metadata document of a store, under its key, for .zmetadata.
+ * A node's attributes are copied, never shared: other threads use them at
+ * the same time, and jansson's reference count is not all atomic (its
+ * json_incref reads the count plainly). */
+static void consolidate(zm_tree *t, const zm_store_node *node, const char *path, json_t *metadata)
+{
+    char key[1200];
+    if (node->attrs) {
+        snprintf(key, sizeof key, "%s%s.zattrs", path, *path ? "/" : "");
+        json_object_set_new(metadata, key, json_deep_copy(node->attrs));
+    }
+    snprintf(key, sizeof key, "%s%s%s", path, *path ? "/" : "", node->is_array ? ".zarray" : ".zgroup");
+    json_object_set_new(metadata, key, node->is_array ? array_document(t, node) : zm_zarr_group_document());
+    for (size_t i = 0; !node->is_array && i < node->child_count; i++) {
+        char child[1024];
+        snprintf(child, sizeof child, "%s%s%s", path, *path ? "/" : "", node->children[i]->name);
+        consolidate(t, node->children[i], child, metadata);
+    }
+}
+
+struct make_context {
+    zm_tree *tree;
+    zm_view *view;
+    const place *where;
+    view_stats *stats;
+    const char *key; /* the file's cache key, as text */
+};
+
+static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err);
+
+/* Whether an array's chunks are worth keeping across mounts: those cut
+ * from a walk (making one again means walking the whole array), and per-cell
+ * strings of a reordered view (read whole through HDF5, on one core). */
+int zm__kept_on_disk(const zm_view *view, const zm_store_node *node)
+{
+    return zm_synth_walks(view, node) ||
+           (node->producer == ZM_PRODUCE_CELL_STRINGS && !zm_view_is_identity(view) &&
+            node->meta.rank > 0);
+}
+/* The disk cache's key of a chunk: its file key and what else makes its
+ * bytes (the codec and the chunk size, which options change). */
+static void disk_key_of(const zm_tree *t, const char *file_key, char *out, size_t size)
+{
+    char codec[64];
+    zm_codec_format(&t->codec, codec, sizeof codec);
+    snprintf(out, size, "%s|codec=%s|blocksize=%d|chunk=%" PRIu64, file_key, codec, t->codec.blocksize,
+             t->chunk_bytes);
+}
+
+static int make_chunk(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err);
+static void queue_for_disk(zm_tree *t, const char *key, const uint8_t *bytes, size_t size);
+
+/* A damaged or unreadable entry, said once in the log. */
+static void kept_failed(zm_tree *t, int rc, const zm_err *err)
+{
+    if (rc != 0 && rc != -ENOENT && atomic_exchange(&t->disk_read_failed, 1) == 0)
+        zm_log(LOG_WARNING, "the disk cache %s (%s): such entries are never served, but made again "
+                "from the source", rc == -EBADMSG ? "had a damaged entry" : "could not be read",
+                err->reason);
+}
+
+/* Makes a file's bytes (the cache's loader), counted for its view: what it
+ * reads from the source (on this thread and on the pool's for it) too. */
+static int make_file(void *context, uint8_t **bytes, size_t *size, zm_err *err)
+{
+    struct make_context *c = context;
+    if (c->where->file == F_CHUNK)
+        c->stats->chunks_made++;
+    else
+        c->stats->documents_made++;
+    zm_source_tally *previous = zm_source_tally_set(&c->stats->source);
+    int rc = make_file_bytes(c, bytes, size, err);
+    zm_source_tally_set(previous);
+    return rc;
+}
+
+static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err)
+{
+    const place *w = c->where;
+    switch (w->file) {
+    case F_ZGROUP:
+        return dump(zm_zarr_group_document(), bytes, size, err);
+    case F_ZATTRS:
+        return dump(json_deep_copy(w->node->attrs), bytes, size, err); /* see consolidate */
+    case F_ZARRAY:
+        return dump(array_document(c->tree, w->node), bytes, size, err);
+    case F_ZMETADATA: {
+        json_t *metadata = json_object();
+        consolidate(c->tree, w->node, "", metadata);
+        return dump(json_pack("{s:o, s:i}", "metadata", metadata, "zarr_consolidated_format", 1), bytes,
+                    size, err);
+    }
+    case F_CHUNK: {
+        /* A chunk of a walked array is worth keeping across mounts: making
+         * it again means walking the whole array. */
+        zm_tree *t = c->tree;
+        char disk_key[2048] = "";
+        if (t->disk != NULL && zm__kept_on_disk(c->view, w->node)) {
+            disk_key_of(t, c->key, disk_key, sizeof disk_key);
+            zm_err miss;
+            zm_err_clear(&miss);
+            int got = zm_disk_get(t->disk, t->disk_space, disk_key, bytes, size, &miss);
+            if (got == 0)
+                return 0;
+            kept_failed(t, got, &miss);
+        }
+        int rc = make_chunk(c, bytes, size, err);
+        /* The source checked again after its bytes were read: a change
+         * that began while this chunk was made (a write moves the file's
+         * time before its bytes land) makes the chunk EIO, never kept or
+         * served as a mix of old and new bytes. */
+        if (rc == 0 && (rc = zm__tree_check_source(t, err)) != 0) {
+            free(*bytes);
+            *bytes = NULL;
+            *size = 0;
+            return rc;
+        }
+        if (rc == 0 && disk_key[0])
+            queue_for_disk(t, disk_key, *bytes, *size);
+        return rc;
+    }
+    default:
+        return zm_err_set(err, -EISDIR, "not a file");
+    }
+}
+
+/* ---- The disk writer ------------------------------------------------------------- */
+
+struct disk_job {
+    struct disk_job *next;
+    char *key;
+    uint8_t *bytes;
+    size_t size;
+};
+
+/* What may wait in memory to be filed; past it, the thread that made a
+ * chunk files it itself (a write to the page cache: far less than making
+ * the chunk took), so that memory stays bounded and nothing is lost. */
+#define DISK_QUEUE_BYTES ((uint64_t)16 << 20)
+
+static void file_now(zm_tree *t, const char *key, const uint8_t *bytes, size_t size)
+{
+    zm_err why;
+    zm_err_clear(&why);
+    if (zm_disk_put(t->disk, t->disk_space, key, bytes, size, &why) != 0 &&
+        atomic_exchange(&t->disk_failed, 1) == 0)
+        zm_log(LOG_WARNING, "the disk cache could not keep a chunk (%s): serving goes on "
+                "from memory and the source", why.reason);
+}
+
+static void queue_for_disk(zm_tree *t, const char *key, const uint8_t *bytes, size_t size)
+{
+    struct disk_job *job = malloc(sizeof *job);
+    char *copy = strdup(key);
+    uint8_t *data = malloc(size ? size : 1);
+    pthread_mutex_lock(&t->disk_mutex);
+    int writing = !t->disk_stop && t->disk_writing;
+    int room = writing && t->disk_queued + size <= DISK_QUEUE_BYTES;
+    if (room && job && copy && data) {
+        memcpy(data, bytes, size);
+        *job = (struct disk_job){NULL, copy, data, size};
+        if (t->disk_tail)
+            t->disk_tail->next = job;
+        else
+            t->disk_head = job;
+        t->disk_tail = job;
+        t->disk_queued += size;
+        job = NULL;
+        copy = NULL;
+        data = NULL;
+        pthread_cond_signal(&t->disk_wake);
+    }
+    pthread_mutex_unlock(&t->disk_mutex);
+    if (writing && !room)
+        file_now(t, key, bytes, size);
+    free(job);
+    free(copy);
+    free(data);
+}
+
+static void *disk_writer(void *context)
+{
+    zm_tree *t = context;
+    /* Idle priority: only when nothing else wants a core. */
+    struct sched_param idle = {0};
+    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+    pthread_mutex_lock(&t->disk_mutex);
+    for (;;) {
+        while (t->disk_head == NULL && !t->disk_stop)
+            pthread_cond_wait(&t->disk_wake, &t->disk_mutex);
+        struct disk_job *job = t->disk_head;
+        if (job == NULL)
+            break; /* stopping, and everything queued is filed */
+        t->disk_head = job->next;
+        if (t->disk_head == NULL)
+            t->disk_tail = NULL;
+        pthread_mutex_unlock(&t->disk_mutex);
+        file_now(t, job->key, job->bytes, job->size);
+        pthread_mutex_lock(&t->disk_mutex);
+        t->disk_queued -= job->size;
+        free(job->key);
+        free(job->bytes);
+        free(job);
+    }
+    pthread_mutex_unlock(&t->disk_mutex);
+    return NULL;
+}
+
+/* Files what is queued, then stops the writer. */
+void zm__stop_disk_writer(zm_tree *t)
+{
+    pthread_mutex_lock(&t->disk_mutex);
+    int writing = t->disk_writing;
+    t->disk_stop = 1;
+    pthread_cond_broadcast(&t->disk_wake);
+    pthread_mutex_unlock(&t->disk_mutex);
+    if (writing) {
+        /* What is left is filed at normal priority: at idle priority on a
+         * busy machine, the unmount waited many seconds behind other work. */
+        struct sched_param normal = {0};
+        (void)pthread_setschedparam(t->disk_writer, SCHED_OTHER, &normal);
+        pthread_join(t->disk_writer, NULL);
+    }
+    t->disk_writing = 0;
+}
+
+/* A chunk's bytes: synthesized, then encoded with the mount's codec. */
+static int make_chunk(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err)
+{
+    const place *w = c->where;
+    {
+        uint8_t *raw;
+        size_t raw_size, typesize;
+        int borrowed = 0;
+        int encode = w->node->meta.rank > 0 && c->tree->codec.kind != ZM_CODEC_NONE;
+        /* Encoding reads a walk's rows where they lie; a file kept as it is
+         * needs its own copy. */
+        int rc = zm_synth_chunk(c->tree->synth, c->view, w->node, w->coords, &raw, &raw_size,
+                                &typesize, encode ? &borrowed : NULL, err);
+        if (rc != 0)
+            return rc;
+        if (!encode) {
+            *bytes = raw;
+            *size = raw_size;
+            return 0;
+        }
+        rc = zm_codec_encode(&c->tree->codec, typesize, raw, raw_size, bytes, size, err);
+        zm_synth_chunk_done(c->view, w->node, raw, borrowed);
+        return rc;
+    }
+}
+
+/* A file's size without making it, when geometry gives it. */
+int zm__known_size(zm_tree *t, const place *w, uint64_t *size)
+{
+    if (w->file != F_CHUNK || w->node->meta.vlen_utf8 || w->node->producer == ZM_PRODUCE_STRING_SCALAR)
+        return 0;
+    if (w->node->meta.rank > 0 && t->codec.kind != ZM_CODEC_NONE)
+        return 0;
+    uint64_t values = 1;
+    for (unsigned d = 0; d < w->node->meta.rank; d++)
+        values *= w->node->meta.chunks[d];
+    *size = values * w->node->value_size;
+    return 1;
+}
+
+/* The cache key of a file. uniform and blocks are nested: under one seed
+ * (and block size) the first cells of every size are the same cells in the
+ * same order, so a chunk of per-cell values that lies wholly inside a view's
+ * cells is the same bytes in every larger view of that seed (full/ is
+ * uniform at seed 0): such chunks are keyed without k and kept once.
+ * Chunks whose values depend on the whole kept set (graphs and CSC matrices
+ * renumbered over the kept cells, dense obsp) and the last, padded chunk
+ * are keyed by their path. */
+static void file_key_text(zm_view *view, const char *full_path, const place *w, char *key,
+                          size_t size);
+
+uint64_t zm__file_key(zm_view *view, const char *full_path, const place *w)
+{
+    char key[1600];
+    file_key_text(view, full_path, w, key, sizeof key);
+    return path_key(key);
+}
+
+/* The key as text: the path, or for a nested chunk the seed, settings and
+ * chunk without k. */
+static void file_key_text(zm_view *view, const char *full_path, const place *w, char *key,
+                          size_t size)
+{
+    snprintf(key, size, "%s", full_path);
+    const zm_store_node *n = w->node;
+    const zm_view_spec *spec = zm_view_get_spec(view);
+    /* stratified and spatial views are not nested: their allocation
+     * changes with k. */
+    if (w->file != F_CHUNK || spec->kind == ZM_VIEW_FILE || spec->kind == ZM_VIEW_STRATIFIED ||
+        spec->kind == ZM_VIEW_SPATIAL || n->meta.rank == 0 || n->cell_columns ||
+        (w->coords[0] + 1) * n->meta.chunks[0] > n->meta.shape[0])
+        return;
+    if (n->producer == ZM_PRODUCE_ENTRIES || n->producer == ZM_PRODUCE_INDPTR) {
+        /* Only a matrix whose rows are the cells and whose columns are not:
+         * a CSC matrix's pointers count the kept cells of each gene. */
+        zm_view_sparse_info s;
+        zm_err err;
+        if (zm_view_sparse_get(view, n->sparse, &s, &err) != 0 || !s.per_cell_rows ||
+            s.per_cell_columns)
+            return;
+    }
+    char chunk[ZM_ZARR_CHUNK_KEY_MAX];
+    zm_zarr_chunk_key(n->meta.rank, w->coords, chunk, sizeof chunk);
+    size_t at = (size_t)snprintf(key, size, "nested|%s|%u|%" PRIu64 "|%s|%s|",
+                                 spec->kind == ZM_VIEW_BLOCKS ? "blocks" : "uniform",
+                                 spec->kind == ZM_VIEW_FULL ? 0 : spec->seed,
+                                 spec->kind == ZM_VIEW_BLOCKS ? spec->block_size : 0, w->store_path,
+                                 chunk);
+    for (unsigned d = 0; d < n->meta.rank && at < size; d++)
+        at += (size_t)snprintf(key + at, size - at, "%" PRIu64 ",", n->meta.chunks[d]);
+}
+
+int zm__file_in_cache(zm_tree *t, zm_view *view, view_stats *vs, const char *full_path,
+                      const place *w, zm_cache_ref *ref, zm_err *err)
+{
+    char key_text[1600];
+    file_key_text(view, full_path, w, key_text, sizeof key_text);
+    struct make_context c = {t, view, w, vs, key_text};
+    uint64_t key = path_key(key_text);
+    int rc = zm_cache_get_for(t->files, key, make_file, &c, &vs->cache, ref, err);
+    if (rc == 0)
+        size_put(t, key, ref->size);
+    return rc;
+}
+
+/* A kept chunk's size from its disk cache header, without reading it (its
+ * bytes are checked when they are read: made again, they are the same). */
+int zm__kept_size(zm_tree *t, zm_view *view, const char *path, const place *w, uint64_t *size)
+{
+    if (t->disk == NULL || w->file != F_CHUNK || !zm__kept_on_disk(view, w->node))
+        return 0;
+    char key_text[1600], disk_key[2048];
+    file_key_text(view, path, w, key_text, sizeof key_text);
+    disk_key_of(t, key_text, disk_key, sizeof disk_key);
+    if (zm_disk_size(t->disk, t->disk_space, disk_key, size) != 0)
+        return 0;
+    size_put(t, path_key(key_text), *size);
+    return 1;
+}
+
+/* A file the disk cache holds: its view (held: the caller releases it), the
+ * view's counters, its file key (for its size) and its disk key; or
+ * -ENOENT. */
+static int kept_entry(zm_tree *t, const char *path, zm_view **view_out, view_stats **vs_out,
+                      uint64_t *file_key_out, char *disk_key, size_t key_size, zm_err *err)
+{
+    if (t->disk == NULL)
+        return zm_err_set(err, -ENOENT, "%s: no disk cache", path);
+    target tg;
+    int rc = zm__parse_path(t, path, &tg, err);
+    if (rc != 0)
+        return rc;
+    if (tg.kind != T_VIEW)
+        return zm_err_set(err, -ENOENT, "%s: not kept on disk", path);
+    zm_view *view;
+    if ((rc = zm__view_get(t, &tg, &view, 1, err)) != 0)
+        return rc;
+    place w;
+    rc = zm__locate(view, tg.rest, &w, err);
+    if (rc == 0 && (w.file != F_CHUNK || !zm__kept_on_disk(view, w.node)))
+        rc = zm_err_set(err, -ENOENT, "%s: not kept on disk", path);
+    if (rc != 0) {
+        zm__view_release(t, view);
+        return rc;
+    }
+    char key_text[1600];
+    file_key_text(view, path, &w, key_text, sizeof key_text);
+    disk_key_of(t, key_text, disk_key, key_size);
+    *file_key_out = path_key(key_text);
+    *view_out = view;
+    *vs_out = zm__stats_of_target(t, &tg);
+    return 0;
+}
+
+/* A kept file, lent as a descriptor for passthrough (fd), or read for a
+ * push (bytes), and counted so. */
+static int kept_file(zm_tree *t, const char *path, int *fd, uint8_t **bytes, uint64_t *size,
+                     zm_err *err)
+{
+    zm_view *view = NULL;
+    view_stats *vs = NULL;
+    char disk_key[2048];
+    uint64_t file_key = 0;
+    int rc = kept_entry(t, path, &view, &vs, &file_key, disk_key, sizeof disk_key, err);
+    if (rc != 0)
+        return rc;
+    if (fd != NULL) {
+        rc = zm_disk_open_entry(t->disk, t->disk_space, disk_key, fd, size, err);
+    } else {
+        size_t got = 0;
+        rc = zm_disk_get(t->disk, t->disk_space, disk_key, bytes, &got, err);
+        *size = got;
+    }
+    if (rc == 0) {
+        size_put(t, file_key, *size);
+        atomic_fetch_add(fd != NULL ? &vs->passthrough_opens : &vs->pushed_files, 1);
+        atomic_fetch_add(fd != NULL ? &vs->passthrough_bytes : &vs->pushed_bytes, *size);
+    }
+    kept_failed(t, rc, err);
+    zm__view_release(t, view);
+    return rc;
+}
+
+int zm__tree_open_kept(zm_tree *t, const char *path, int *fd, uint64_t *size, zm_err *err)
+{
+    *fd = -1;
+    *size = 0;
+    return kept_file(t, path, fd, NULL, size, err);
+}
+
+int zm__tree_read_kept(zm_tree *t, const char *path, uint8_t **bytes, size_t *size, zm_err *err)
+{
+    *bytes = NULL;
+    uint64_t length = 0;
+    int rc = kept_file(t, path, NULL, bytes, &length, err);
+    *size = (size_t)length;
+    return rc;
+}
+
+void zm__tree_kernel_reads_kept(zm_tree *t)
+{
+    t->kernel_reads_kept = 1;
+}
+
+int zm__tree_kept_on_disk(zm_tree *t)
+{
+    return t->disk != NULL && zm_disk_has_space(t->disk, t->disk_space);
+}
+
+/* The disk cache, if wanted and usable: entries filed under the source's
+ * size, modification time, inode and a hash of its first 64 KiB (the HDF5
+ * superblock and root metadata), so a changed source never meets an old
+ * entry, and under the versions of the codec libraries that make the
+ * chunks' bytes, so a library upgrade never meets one either. A directory that cannot be used is said once in the log and the
+ * mount goes on without it, except one given with -o cache_dir= that is
+ * not private to the mount's user (anyone else who could write to it could
+ * forge what is served): then the mount is refused (-EPERM, err says why). */
+int zm__open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err)
+{
+    if (options->cache_dir != NULL && strcmp(options->cache_dir, "none") == 0)
+        return 0;
+    int given = options->cache_dir != NULL;
+    char directory[4096];
+    zm_err why;
+    zm_err_clear(&why);
+    if (given)
+        snprintf(directory, sizeof directory, "%s", options->cache_dir);
+    else if (zm_disk_default_directory(directory, sizeof directory, &why) != 0) {
+        zm_log(LOG_WARNING, "no disk cache (%s): chunks are kept in memory only", why.reason);
+        return 0;
+    }
+    uint8_t head[65536];
+    ssize_t got = zm_source_read_raw(t->source, 0, head, sizeof head);
+    const zm_source_identity *id = zm_source_get_identity(t->source);
+    /* The codec's libraries and their versions (zm_codec_build) file its
+     * chunks apart: another zstd may make other bytes for the same values,
+     * and a mount must never serve one library's chunks beside another's.
+     * After an upgrade the old entries are never read again, and go as the
+     * bound evicts them. codec=none adds nothing: its chunks are the values
+     * as they are, which no codec library makes, so they stay shared. */
+    char build[256];
+    zm_codec_build(&t->codec, build, sizeof build);
+    snprintf(t->disk_space, sizeof t->disk_space, "source|%lld|%lld|%llu|%016llx%s%s",
+             (long long)id->size, (long long)id->mtime_ns, (unsigned long long)id->inode,
+             (unsigned long long)XXH3_64bits(head, got > 0 ? (size_t)got : 0),
+             build[0] ? "|codecs=" : "", build);
+    int rc = zm_disk_open(directory, options->cache_max ? options->cache_max : (4ull << 30),
+                          &t->disk, &why);
+    if (rc == -EPERM && given) {
+        t->disk = NULL;
+        return zm_err_set(err, rc,
+                          "-o cache_dir refused: %s; a disk cache must be private to the "
+                          "mount's user",
+                          why.reason);
+    }
+    if (rc != 0) {
+        zm_log(LOG_WARNING, "no disk cache (%s): chunks are kept in memory only", why.reason);
+        t->disk = NULL;
+        return 0;
+    }
+    char example[256];
+    uint64_t foreign = zm_disk_foreign(t->disk, example, sizeof example);
+    if (foreign > 0)
+        zm_log(LOG_INFO,
+                "the disk cache %s holds %llu files that are not its own (first: %s): "
+                "left alone, never read, counted or removed",
+                directory, (unsigned long long)foreign, example);
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &previous);
+    t->disk_writing = pthread_create(&t->disk_writer, NULL, disk_writer, t) == 0;
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    if (!t->disk_writing) {
+        zm_log(LOG_WARNING,
+                "no disk cache (cannot start its writer): chunks are kept in memory only");
+        zm_disk_close(t->disk);
+        t->disk = NULL;
+    }
+    return 0;
+}
