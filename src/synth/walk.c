@@ -314,11 +314,13 @@ void zm__walk_put(struct zm_walk *w)
 void zm_synth_chunk_done(const zm_view *view, const zm_store_node *node, uint8_t *raw,
                          int borrowed)
 {
-    struct zm_walk *w = borrowed ? walk_found(view, node) : NULL;
+    if (!borrowed) {
+        free(raw);
+        return;
+    }
+    struct zm_walk *w = walk_found(view, node); /* lent from: it is there */
     if (w != NULL)
         zm__walk_put(w);
-    else
-        free(raw);
 }
 
 static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w);
