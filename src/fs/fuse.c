@@ -34,6 +34,7 @@
 #include "fs/passthrough.h"
 #include "fs/push.h"
 #include "fs/tree.h"
+#include "zarrmount/config.h"
 
 #ifndef ZM_VERSION
 #define ZM_VERSION "unknown"
@@ -1393,14 +1394,14 @@ static int zm__open_tree(zm__fs *fs, zm_err *err)
         .options =
             {
                 .source = config->source,
-                .codec = config->codec,
-                .chunk_bytes = config->chunk_bytes,
-                .cache_bytes = config->cache_bytes,
-                .cache_dir = config->cache_dir,
-                .cache_max = config->cache_max,
-                .threads = config->threads,
-                .ahead_idle_seconds = config->ahead_idle_seconds,
-                .ahead_rate = config->ahead_rate,
+                .codec = config->options.codec,
+                .chunk_bytes = config->options.chunk_bytes,
+                .cache_bytes = config->options.cache_bytes,
+                .cache_dir = config->options.cache_dir,
+                .cache_max = config->options.cache_max,
+                .threads = config->options.threads,
+                .ahead_idle_seconds = config->options.ahead_idle_seconds,
+                .ahead_rate = config->options.ahead_rate,
                 .progress = zm__log_progress,
                 .progress_context = NULL,
             },
@@ -1565,14 +1566,13 @@ static void zm__stop_watcher(zm__fs *fs)
     fs->watching = 0;
 }
 
-/* How far ahead of a walking reader kept files are pushed: an eighth of
- * the memory cache, at most 64 MiB (a window is one round trip; more only
- * costs memory the reader may not want). */
+/* How far ahead of a walking reader kept files are pushed: the memory
+ * cache's share (zm_config_push_window). */
 static uint64_t zm__push_window(const zm__fs_config *config)
 {
-    uint64_t cache = config->cache_bytes ? config->cache_bytes : ((uint64_t)1 << 30);
-    uint64_t window = cache / 8;
-    return window < ((uint64_t)64 << 20) ? window : ((uint64_t)64 << 20);
+    zm_config resolved;
+    zm_config_resolve(&config->options, &resolved);
+    return zm_config_push_window(resolved.cache_bytes);
 }
 
 /* Answers the kernel's INIT, asking for passthrough when it is wanted
@@ -1744,8 +1744,7 @@ int zm_fs_main(int argc, char **argv)
     /* An arena a core, not eight: each FUSE thread would otherwise keep
      * its own free memory (measured: 75 MB more at the peak of a walk of
      * ten million cells, no faster). */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    mallopt(M_ARENA_MAX, cores > 1 ? (int)cores : 1);
+    mallopt(M_ARENA_MAX, (int)zm_config_cores());
     zm__fs fs;
     memset(&fs, 0, sizeof fs);
     clock_gettime(CLOCK_MONOTONIC, &fs.began);

@@ -21,18 +21,13 @@
 #include "fs/log.h"
 #include "fs/tree.h"
 #include "zarrmount/cache.h"
+#include "zarrmount/config.h"
 #include "zarrmount/source.h"
 #include "zarrmount/synth.h"
 #include "zarrmount/view.h"
 #include "zarrmount/zarr.h"
 
-/* What the daemon keeps in memory for reuse (-o cache_size): half for
- * synthesized files, a quarter for decoded source chunks, a quarter for
- * walks (larger walks are spilled to disk in batches). */
-#define DEFAULT_MEMORY_BYTES ((uint64_t)1 << 30)
 #define MAX_VIEWS 32
-/* Synthesis ahead stops when a view has been idle this long. */
-#define DEFAULT_AHEAD_IDLE_SECONDS 5.0
 
 /* Views counted one by one; more distinct views than this share one line. */
 #define MAX_VIEW_STATS 1024
@@ -3034,7 +3029,7 @@ static int open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err)
              (long long)id->size, (long long)id->mtime_ns, (unsigned long long)id->inode,
              (unsigned long long)XXH3_64bits(head, got > 0 ? (size_t)got : 0),
              build[0] ? "|codecs=" : "", build);
-    int rc = zm_disk_open(directory, options->cache_max ? options->cache_max : (4ull << 30),
+    int rc = zm_disk_open(directory, options->cache_max ? options->cache_max : ZM_DEFAULT_DISK_CACHE_MAX,
                           &t->disk, &why);
     if (rc == -EPERM && given) {
         t->disk = NULL;
@@ -3089,13 +3084,12 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     t->source_text = malloc(source_length + 1);
     if (t->source_text != NULL)
         zm__utf8_copy(t->source_text, source_length + 1, options->source);
-    t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : (1u << 20);
-    uint64_t memory = options->cache_bytes ? options->cache_bytes : DEFAULT_MEMORY_BYTES;
+    t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : ZM_DEFAULT_CHUNK_BYTES;
+    uint64_t memory = options->cache_bytes ? options->cache_bytes : ZM_DEFAULT_CACHE_BYTES;
     t->cache_bytes = memory / 2 ? memory / 2 : 1;
     zm_synth_set_walk_memory(memory / 4);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    t->ahead_threads = cores > 1 ? (unsigned)cores : 1;
-    double idle = options->ahead_idle_seconds < 0 ? DEFAULT_AHEAD_IDLE_SECONDS : options->ahead_idle_seconds;
+    t->ahead_threads = options->threads ? options->threads : zm_config_cores();
+    double idle = options->ahead_idle_seconds < 0 ? ZM_DEFAULT_AHEAD_IDLE_SECONDS : options->ahead_idle_seconds;
     t->ahead_idle_ns = (int64_t)(idle * 1e9);
     t->ahead_rate = options->ahead_rate;
     int rc = 0;
