@@ -38,8 +38,9 @@ typedef struct zm_config {
     const char *cache_dir;     /* the disk cache; NULL: the default directory; "none": off */
     uint64_t cache_max;        /* the disk cache's bound; 0: the default */
     /* Threads that read, decode and encode chunks: the source's decode pool
-     * (the reading thread and threads - 1 workers) and synthesis ahead
-     * (this many encoders) each use this many. 0: one per core. */
+     * (the reading thread and threads - 1 workers) and the threads that
+     * encode a walked array's other chunks ahead (this many). 0: one per
+     * core. */
     unsigned threads;
     double ahead_idle_seconds; /* synthesis ahead stops after this idle; 0: off; -1: the default */
     double ahead_rate;         /* chunks a second made ahead; 0: no limit */
