@@ -22,7 +22,8 @@ typedef struct zm__fs_config {
     char *mountpoint;       /* likewise */
     /* What the tree is served with (codec and cache_dir malloc'd here), as
      * given: an option not given is "the default" (zarrmount/config.h),
-     * resolved by the tree, so that the FUSE layer writes no default. */
+     * which zm_config_resolve (the tree, the push window) turns into its
+     * value, so that the FUSE layer writes no default of its own. */
     zm_config options;
     int passthrough;        /* -o passthrough=on: files the disk cache holds are read by
                              * the kernel straight from it */
