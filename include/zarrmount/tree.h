@@ -21,7 +21,7 @@ typedef struct zm_tree_options {
     const char *codec;           /* "blosc:zstd:1" etc.; NULL: the default */
     uint64_t chunk_bytes;        /* raw bytes a chunk aims at; 0: 1 MiB */
     uint64_t cache_bytes;        /* synthesized chunks kept; 0: the default */
-    unsigned threads;            /* decode threads; 0: one per core */
+    unsigned threads;            /* decode pool and encoders ahead (config.h); 0: a core each */
     const char *cache_dir;       /* chunks of walked views kept across mounts: NULL for the
                                   * default directory, "none" for no disk cache */
     uint64_t cache_max;          /* the disk cache's bound; 0: 4 GiB */

@@ -5,13 +5,14 @@
 #include <stdlib.h>
 
 #include "zarrmount/cli.h"
+#include "zarrmount/config.h"
 #include "zarrmount/fs.h"
 
 static const char usage[] =
     "Usage: zarrmount [options] SOURCE MOUNTPOINT\n"
     "       zarrmount select [--source FILE] < REQUEST.json\n"
     "       zarrmount inspect FILE [--json]\n"
-    "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size BYTES]\n"
+    "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size SIZE]\n"
     "       zarrmount explain SOURCE PATH [--json] | zarrmount explain MNT/PATH [--json]\n"
     "       zarrmount stats MOUNTPOINT [--json] [--watch]\n"
     "       zarrmount --version | --help\n"
@@ -24,7 +25,8 @@ static const char usage[] =
     "  inspect   print the elements an .h5ad, loom or 10x .h5 file holds, how each\n"
     "            array is stored and read, and the default block size B0\n"
     "  export    write one view (full, file, uniform/seed0/k=1000, blocks/seed0/k=1000,\n"
-    "            ...) as a Zarr directory store: the bytes a mount serves, no FUSE\n"
+    "            ...) as a Zarr directory store: the bytes a mount serves, no FUSE;\n"
+    "            --chunk-size as -o chunk_size= (bytes, or 256K, 1M, 2G: powers of 1024)\n"
     "  explain   what a path of the tree is (a view: method, n, k and how it came\n"
     "            from a share, seed, settings, digest, strata, first cells), or why\n"
     "            it does not exist (exit 2); reads no chunk\n"
@@ -62,14 +64,21 @@ int main(int argc, char **argv)
     /* More subcommands go here, each dispatched on argv[1] like these. */
     if (argc >= 2 && strcmp(argv[1], "export") == 0) {
         const char *codec = NULL;
-        unsigned long long chunk = 0;
+        uint64_t chunk = 0; /* the default */
         const char *positional[3];
         int n = 0;
         for (int i = 2; i < argc; i++) {
             if (strcmp(argv[i], "--codec") == 0 && i + 1 < argc)
                 codec = argv[++i];
-            else if (strcmp(argv[i], "--chunk-size") == 0 && i + 1 < argc)
-                chunk = strtoull(argv[++i], NULL, 10);
+            else if (strcmp(argv[i], "--chunk-size") == 0 && i + 1 < argc) {
+                /* The mount's grammar (-o chunk_size=) and its errors. */
+                zm_err err;
+                zm_err_clear(&err);
+                if (zm_parse_size("--chunk-size", argv[++i], &chunk, &err) != 0) {
+                    fprintf(stderr, "zarrmount export: %s\n", err.reason);
+                    return ZM_EXIT_REFUSED;
+                }
+            }
             else if (argv[i][0] != '-' && n < 3)
                 positional[n++] = argv[i];
             else {
@@ -78,7 +87,7 @@ int main(int argc, char **argv)
             }
         }
         if (n != 3) {
-            fprintf(stderr, "usage: zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size BYTES]\n");
+            fprintf(stderr, "usage: zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size SIZE]\n");
             return ZM_EXIT_REFUSED;
         }
         return zm_fs_export(positional[0], positional[1], positional[2], codec, 0, chunk);

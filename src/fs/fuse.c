@@ -2,46 +2,24 @@
  * the tree (zarrmount/tree.h), by path. Everything served is immutable for the
  * life of a mount, so the kernel is told to cache names, attributes,
  * missing names, directory listings and file pages for a day, and every
- * call that would change something answers EROFS. */
-#define FUSE_USE_VERSION 312
-
-#include "zarrmount/fs.h"
+ * call that would change something answers EROFS. Names, attributes,
+ * files and refusals are here; directories are fuse_dir.c's, and the
+ * mount's life (start-up, session, loop, source watcher) is mount.c's. */
+#include "fs/fuse_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <malloc.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
-#include <stdatomic.h>
-#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <fuse_lowlevel.h>
-
-#include "fs/daemon.h"
-#include "fs/inodes.h"
 #include "fs/log.h"
-#include "fs/options.h"
-#include "fs/passthrough.h"
-#include "fs/push.h"
-#include "zarrmount/tree.h"
-
-#ifndef ZM_VERSION
-#define ZM_VERSION "unknown"
-#endif
-
-#define ZM__EXIT_OK      0
-#define ZM__EXIT_FAILURE 1
-#define ZM__EXIT_REFUSED 2
 
 /* Nothing in a mount ever changes (a changed source makes reads fail with
  * EIO instead, and the watcher drops what the kernel keeps), so the kernel
@@ -55,90 +33,9 @@
  * reads 128 KiB at a time whatever this says, and the kernel's readahead
  * does not depend on it. */
 #define ZM__BLOCK_SIZE 65536
-/* Worker threads of the session loop: requests block while a chunk is
- * synthesized, so allow many; keep 10 idle ones around between bursts. */
-#define ZM__LOOP_THREADS      64
-#define ZM__LOOP_IDLE_THREADS 10
 /* Reads and readaheads the kernel keeps in flight at once (libfuse's
  * default is 12): parallel reads are how chunks get made in parallel. */
 #define ZM__MAX_BACKGROUND 64
-
-/* Every open file and directory is on one list, so that those the kernel
- * never releases (the connection ends while they are open: SIGTERM during
- * reads) are freed when the session is over. */
-typedef struct zm__handle {
-    struct zm__handle *previous;
-    struct zm__handle *next;
-    int is_directory;
-} zm__handle;
-
-typedef struct zm__fs {
-    zm__fs_config config;
-    zm_tree *tree;
-    zm__inodes *inodes;
-    mode_t file_mode;      /* permission bits of files */
-    mode_t directory_mode; /* and of directories */
-    pthread_mutex_t handles_lock;
-    zm__handle handles; /* the list's head */
-    /* The kernel can do without open and release (FUSE_NO_OPEN_SUPPORT):
-     * the first open answers ENOSYS and no file open costs a round trip
-     * again; reads then come without a handle and find their path by inode. */
-    atomic_int no_open;
-    atomic_int readahead_widened; /* zm__widen_readahead was tried */
-    /* Likewise for directories (FUSE_NO_OPENDIR_SUPPORT): readdir then
-     * comes without a handle, and the last listing is kept here (its refs
-     * count this slot and each readdir using it) so that the readdirs of one
-     * large directory do not list it again each time. */
-    atomic_int no_opendir;
-    /* FUSE passthrough (passthrough.h) was asked for at INIT: files the
-     * disk cache holds are then opened for the kernel to read from it, and
-     * every open is answered (no no_open). backing_refused: the kernel
-     * refused a backing file (said once in the log; the daemon serves). */
-    int passthrough;
-    atomic_int backing_refused;
-    zm__backings *backings;
-    /* Without passthrough, with a disk cache: listed files it holds are
-     * pushed into the kernel's page cache (fs/push.h). */
-    zm__pusher *pusher;
-    pthread_mutex_t listing_lock;
-    struct zm__dir *listing;
-    /* The source watcher: a change drops every page the kernel keeps. */
-    struct fuse_session *session;
-    pthread_t watcher;
-    int watching;
-    int watcher_stop[2]; /* a pipe: written to stop the watcher */
-    struct timespec began; /* the mount's start: -d times requests from it */
-} zm__fs;
-
-/* An open file: its path, so that reads go to the tree without the table,
- * and (passthrough asked for) its inode and how its open was answered. */
-typedef struct zm__file {
-    zm__handle handle;
-    uint64_t inode;
-    int mode; /* ZM__OPEN_CACHED or ZM__OPEN_PASSTHROUGH; 0: not counted */
-    char path[];
-} zm__file;
-
-/* An open directory: its listing, taken once, at the first readdir (the
- * kernel answers from its own cache without one when it can), so that
- * readdir's offsets index a fixed list. The kernel never runs two readdirs
- * of one open directory at once. */
-typedef struct zm__dir_entry {
-    char *name;
-    zm_node node;
-} zm__dir_entry;
-
-typedef struct zm__dir {
-    zm__handle handle;
-    unsigned refs; /* a kept listing (no opendir): users, the slot included */
-    char *path;
-    uint64_t inode;
-    uint64_t parent_inode;
-    int listed;
-    zm__dir_entry *entries;
-    size_t count;
-    size_t capacity;
-} zm__dir;
 
 /* ---- Helpers ------------------------------------------------------------------ */
 
@@ -151,7 +48,7 @@ static double zm__seconds_between(const struct timespec *a, const struct timespe
     return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) / 1e9;
 }
 
-static zm__fs *zm__fs_of(fuse_req_t req)
+zm__fs *zm__fs_of(fuse_req_t req)
 {
     zm__fs *fs = fuse_req_userdata(req);
     if (fs->config.debug)
@@ -159,9 +56,7 @@ static zm__fs *zm__fs_of(fuse_req_t req)
     return fs;
 }
 
-static void zm__trace(fuse_req_t req, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void zm__trace(fuse_req_t req, const char *fmt, ...)
+void zm__trace(fuse_req_t req, const char *fmt, ...)
 {
     char line[ZM_REASON_MAX];
     va_list ap;
@@ -178,14 +73,7 @@ static void zm__trace(fuse_req_t req, const char *fmt, ...)
             zm__seconds_between(&fs->began, &now));
 }
 
-/* -d logs every request; the arguments are not even formatted otherwise. */
-#define ZM__TRACE(fs, req, ...)                                                                    \
-    do {                                                                                           \
-        if ((fs)->config.debug)                                                                    \
-            zm__trace((req), __VA_ARGS__);                                                         \
-    } while (0)
-
-static const char *zm__shown(const char *path)
+const char *zm__shown(const char *path)
 {
     return path[0] ? path : "/";
 }
@@ -193,7 +81,7 @@ static const char *zm__shown(const char *path)
 /* Answers a failed request: the errno to the caller, the reason to the log
  * once per reason. A missing name is an answer, not a failure, so ENOENT
  * is only traced. */
-static void zm__reply_failure(zm__fs *fs, fuse_req_t req, const char *operation, const char *path,
+void zm__reply_failure(zm__fs *fs, fuse_req_t req, const char *operation, const char *path,
                               int rc, const zm_err *err)
 {
     int code = rc < 0 ? -rc : EIO;
@@ -210,7 +98,7 @@ static void zm__reply_failure(zm__fs *fs, fuse_req_t req, const char *operation,
 }
 
 /* "directory/name", or "name" in the root; malloc'd. */
-static char *zm__join(const char *directory, const char *name)
+char *zm__join(const char *directory, const char *name)
 {
     size_t directory_length = strlen(directory);
     size_t name_length = strlen(name);
@@ -227,7 +115,7 @@ static char *zm__join(const char *directory, const char *name)
     return path;
 }
 
-static mode_t zm__type_bits(zm_node_kind kind)
+mode_t zm__type_bits(zm_node_kind kind)
 {
     switch (kind) {
     case ZM_NODE_DIRECTORY:
@@ -285,7 +173,7 @@ static void zm__fill_stat(const zm__fs *fs, uint64_t inode, const zm_node *node,
     }
 }
 
-static void zm__fill_entry(const zm__fs *fs, uint64_t inode, const zm_node *node,
+void zm__fill_entry(const zm__fs *fs, uint64_t inode, const zm_node *node,
                            struct fuse_entry_param *entry)
 {
     memset(entry, 0, sizeof *entry);
@@ -298,7 +186,7 @@ static void zm__fill_entry(const zm__fs *fs, uint64_t inode, const zm_node *node
     zm__fill_stat(fs, inode, node, &entry->attr);
 }
 
-static void zm__handle_add(zm__fs *fs, zm__handle *handle)
+void zm__handle_add(zm__fs *fs, zm__handle *handle)
 {
     pthread_mutex_lock(&fs->handles_lock);
     handle->next = fs->handles.next;
@@ -308,7 +196,7 @@ static void zm__handle_add(zm__fs *fs, zm__handle *handle)
     pthread_mutex_unlock(&fs->handles_lock);
 }
 
-static void zm__handle_remove(zm__fs *fs, zm__handle *handle)
+void zm__handle_remove(zm__fs *fs, zm__handle *handle)
 {
     pthread_mutex_lock(&fs->handles_lock);
     handle->previous->next = handle->next;
@@ -316,10 +204,8 @@ static void zm__handle_remove(zm__fs *fs, zm__handle *handle)
     pthread_mutex_unlock(&fs->handles_lock);
 }
 
-static void zm__dir_free(zm__dir *dir);
-
 /* Frees the handles still open when the session is over. */
-static void zm__handles_free_all(zm__fs *fs)
+void zm__handles_free_all(zm__fs *fs)
 {
     while (fs->handles.next != &fs->handles) {
         zm__handle *handle = fs->handles.next;
@@ -413,7 +299,7 @@ static void zm__widen_readahead(const char *mountpoint)
 /* Takes count lookups away from inode. A snapshot of a live file goes
  * with its inode (nobody can look that inode up again: each lookup of the
  * file takes a new snapshot). */
-static void zm__forget(zm__fs *fs, uint64_t inode, uint64_t count)
+void zm__forget(zm__fs *fs, uint64_t inode, uint64_t count)
 {
     zm_node node;
     int snapshot = zm__inodes_get(fs->inodes, inode, NULL, &node) == 0 && node.snapshot != 0;
@@ -843,290 +729,6 @@ static void zm__op_release(fuse_req_t req, fuse_ino_t inode, struct fuse_file_in
     fuse_reply_err(req, 0);
 }
 
-/* ---- Directories ------------------------------------------------------------------ */
-
-static void zm__dir_free(zm__dir *dir)
-{
-    if (dir == NULL)
-        return;
-    for (size_t i = 0; i < dir->count; i++)
-        free(dir->entries[i].name);
-    free(dir->entries);
-    free(dir->path);
-    free(dir);
-}
-
-static int zm__collect(void *context, const char *name, const zm_node *node)
-{
-    zm__dir *dir = context;
-    if (dir->count == dir->capacity) {
-        size_t capacity = dir->capacity ? dir->capacity * 2 : 16;
-        zm__dir_entry *entries = realloc(dir->entries, capacity * sizeof *entries);
-        if (entries == NULL)
-            return -ENOMEM;
-        dir->entries = entries;
-        dir->capacity = capacity;
-    }
-    char *copy = strdup(name);
-    if (copy == NULL)
-        return -ENOMEM;
-    dir->entries[dir->count].name = copy;
-    dir->entries[dir->count].node = *node;
-    dir->count++;
-    return 0;
-}
-
-/* The number of path's parent, for "..": the root is its own parent. */
-static uint64_t zm__parent_inode(zm__fs *fs, const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    if (slash == NULL)
-        return ZM__ROOT_INODE;
-    size_t length = (size_t)(slash - path);
-    char *parent = strndup(path, length);
-    uint64_t inode = parent ? zm__inodes_number(fs->inodes, parent) : 0;
-    free(parent);
-    return inode;
-}
-
-static void zm__op_opendir(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info *fi)
-{
-    zm__fs *fs = zm__fs_of(req);
-    zm__dir *dir = calloc(1, sizeof *dir);
-    zm_node node;
-    int rc = dir ? zm__inodes_get(fs->inodes, inode, &dir->path, &node) : -ENOMEM;
-    if (rc == 0 && node.kind != ZM_NODE_DIRECTORY)
-        rc = -ENOTDIR;
-    if (rc != 0) {
-        zm__reply_failure(fs, req, "opendir", dir && dir->path ? dir->path : "(unknown inode)", rc,
-                          NULL);
-        zm__dir_free(dir);
-        return;
-    }
-    if (atomic_load(&fs->no_opendir)) {
-        /* The kernel opens directories by itself from now on and keeps
-         * their listings (FOPEN_CACHE_DIR is what it assumes). */
-        ZM__TRACE(fs, req, "opendir %s: no opendir needed from now on", zm__shown(dir->path));
-        zm__dir_free(dir);
-        fuse_reply_err(req, ENOSYS);
-        return;
-    }
-    dir->inode = inode;
-    dir->parent_inode = zm__parent_inode(fs, dir->path);
-    dir->handle.is_directory = 1;
-    zm__handle_add(fs, &dir->handle);
-    fi->fh = (uint64_t)(uintptr_t)dir;
-    fi->cache_readdir = 1; /* listings never change: the kernel may keep them */
-    fi->keep_cache = 1;    /* and keep them across opens */
-    ZM__TRACE(fs, req, "opendir %s", zm__shown(dir->path));
-    if (fuse_reply_open(req, fi) != 0) {
-        zm__handle_remove(fs, &dir->handle);
-        zm__dir_free(dir);
-    }
-}
-
-/* Adds entry number `at` of dir (0 ".", 1 "..", then the listing) to buffer
- * if it fits in space: *used gets its size, 0 when it does not fit. With
- * plus, an entry with attributes counts as a lookup of its inode, given in
- * *looked_up (0 when there is none), and *unmade says whether that inode's
- * file is one whose bytes could not be made. -ENOMEM. */
-static int zm__add_entry(zm__fs *fs, fuse_req_t req, const zm__dir *dir, size_t at, char *buffer,
-                         size_t space, int plus, size_t *used, uint64_t *looked_up, int *unmade)
-{
-    *used = 0;
-    *looked_up = 0;
-    *unmade = 0;
-    const zm_node dot_node = {.kind = ZM_NODE_DIRECTORY, .size = 0};
-    const char *name = at == 0 ? "." : "..";
-    const zm_node *node = &dot_node;
-    uint64_t inode = at == 0 ? dir->inode : dir->parent_inode;
-    char *path = NULL;
-    if (at >= 2) {
-        name = dir->entries[at - 2].name;
-        node = &dir->entries[at - 2].node;
-        if ((path = zm__join(dir->path, name)) == NULL)
-            return -ENOMEM;
-        inode = zm__inodes_number(fs->inodes, path);
-    }
-    off_t next = (off_t)at + 1;
-    int rc = 0;
-    if (!plus) {
-        struct stat st = {.st_ino = inode, .st_mode = zm__type_bits(node->kind)};
-        size_t need = fuse_add_direntry(req, buffer, space, name, &st, next);
-        *used = need <= space ? need : 0;
-    } else if (fuse_add_direntry_plus(req, NULL, 0, name, NULL, next) <= space) {
-        /* "." and "..", and files whose size the listing does not know (it
-         * would mean synthesizing them), go without attributes: the kernel
-         * looks them up when it needs them. */
-        struct fuse_entry_param entry;
-        memset(&entry, 0, sizeof entry);
-        entry.attr.st_ino = inode;
-        entry.attr.st_mode = zm__type_bits(node->kind);
-        /* The attributes the inode has if the kernel holds it already (a
-         * file found unmade keeps its placeholder size), else the listing's. */
-        zm_node held;
-        if (path && node->size != ZM_SIZE_UNKNOWN &&
-            (rc = zm__inodes_remember_held(fs->inodes, path, node, NULL, &inode, &held)) == 0) {
-            zm__fill_entry(fs, inode, &held, &entry);
-            *looked_up = inode;
-            *unmade = held.error != 0;
-        }
-        if (rc == 0)
-            *used = fuse_add_direntry_plus(req, buffer, space, name, &entry, next);
-    }
-    free(path);
-    return rc;
-}
-
-static void zm__listing_put(zm__fs *fs, zm__dir *dir)
-{
-    pthread_mutex_lock(&fs->listing_lock);
-    int last = --dir->refs == 0;
-    pthread_mutex_unlock(&fs->listing_lock);
-    if (last)
-        zm__dir_free(dir);
-}
-
-/* The listing of a directory the kernel opened without us: the kept one if
- * it is of this inode, else a new one, kept in its place. NULL with *rc set
- * (replied) on failure. */
-static zm__dir *zm__listing_get(zm__fs *fs, fuse_req_t req, fuse_ino_t inode, int *rc)
-{
-    pthread_mutex_lock(&fs->listing_lock);
-    zm__dir *dir = fs->listing;
-    if (dir && dir->inode == inode) {
-        dir->refs++;
-        pthread_mutex_unlock(&fs->listing_lock);
-        return dir;
-    }
-    pthread_mutex_unlock(&fs->listing_lock);
-    dir = calloc(1, sizeof *dir);
-    zm_node node;
-    *rc = dir ? zm__inodes_get(fs->inodes, inode, &dir->path, &node) : -ENOMEM;
-    if (*rc == 0 && node.kind != ZM_NODE_DIRECTORY)
-        *rc = -ENOTDIR;
-    zm_err err;
-    zm_err_clear(&err);
-    if (*rc == 0 && (*rc = zm__tree_list(fs->tree, dir->path, zm__collect, dir, &err)) != 0) {
-        zm__reply_failure(fs, req, "list", dir->path, *rc, &err);
-        zm__dir_free(dir);
-        return NULL;
-    }
-    if (*rc != 0) {
-        zm__reply_failure(fs, req, "readdir", dir && dir->path ? dir->path : "(unknown inode)",
-                          *rc, NULL);
-        zm__dir_free(dir);
-        return NULL;
-    }
-    dir->inode = inode;
-    dir->parent_inode = zm__parent_inode(fs, dir->path);
-    dir->listed = 1;
-    dir->refs = 2; /* the slot and this readdir */
-    ZM__TRACE(fs, req, "list %s: %zu entries", zm__shown(dir->path), dir->count);
-    pthread_mutex_lock(&fs->listing_lock);
-    zm__dir *old = fs->listing;
-    fs->listing = dir;
-    int free_old = old && --old->refs == 0;
-    pthread_mutex_unlock(&fs->listing_lock);
-    if (free_old)
-        zm__dir_free(old);
-    return dir;
-}
-
-static void zm__readdir(fuse_req_t req, fuse_ino_t inode, size_t size, off_t offset,
-                        struct fuse_file_info *fi, int plus)
-{
-    zm__fs *fs = zm__fs_of(req);
-    zm__dir *dir = (zm__dir *)(uintptr_t)fi->fh;
-    zm__dir *kept = NULL;
-    if (dir == NULL) {
-        int failed = 0;
-        if ((kept = dir = zm__listing_get(fs, req, inode, &failed)) == NULL)
-            return;
-    }
-    if (!dir->listed) {
-        zm_err err;
-        zm_err_clear(&err);
-        int rc = zm__tree_list(fs->tree, dir->path, zm__collect, dir, &err);
-        if (rc != 0) {
-            /* A later readdir of this handle tries again from scratch. */
-            for (size_t i = 0; i < dir->count; i++)
-                free(dir->entries[i].name);
-            dir->count = 0;
-            zm__reply_failure(fs, req, "list", dir->path, rc, &err);
-            return;
-        }
-        dir->listed = 1;
-        ZM__TRACE(fs, req, "list %s: %zu entries", zm__shown(dir->path), dir->count);
-    }
-    char *buffer = malloc(size > 0 ? size : 1);
-    /* The lookups this reply carries, to take back if it never arrives; and
-     * those whose files were made, which may be pushed into the kernel's
-     * page cache (one found unmade must never get pages of its own). */
-    uint64_t *looked_up = calloc(size / 24 + 1, sizeof *looked_up);
-    uint64_t *pushable = calloc(size / 24 + 1, sizeof *pushable);
-    size_t used = 0;
-    size_t count = 0, pushable_count = 0;
-    int rc = buffer && looked_up && pushable ? 0 : -ENOMEM;
-    for (size_t at = offset > 0 ? (size_t)offset : 0; rc == 0 && at < dir->count + 2; at++) {
-        size_t added;
-        int unmade;
-        rc = zm__add_entry(fs, req, dir, at, buffer + used, size - used, plus, &added,
-                           &looked_up[count], &unmade);
-        if (rc != 0 || added == 0)
-            break;
-        used += added;
-        if (looked_up[count] != 0 && !unmade)
-            pushable[pushable_count++] = looked_up[count];
-        count += looked_up[count] != 0;
-    }
-    if (rc != 0 && used == 0) {
-        zm__reply_failure(fs, req, plus ? "readdirplus" : "readdir", dir->path, rc, NULL);
-    } else {
-        ZM__TRACE(fs, req, "%s %s from %lld: %zu bytes", plus ? "readdirplus" : "readdir",
-                  zm__shown(dir->path), (long long)offset, used);
-        /* Told the pusher before the reply: once the reply is out, the
-         * reader may read the first file at once, and that read must find
-         * the listing. If the reply never arrives, what it pushes for
-         * those inodes is refused by the kernel (ENOENT) or is the bytes
-         * of whatever file has the inode then: harmless either way. */
-        if (plus)
-            zm__pusher_listed(fs->pusher, dir->inode, offset, pushable, pushable_count);
-        if (fuse_reply_buf(req, buffer, used) != 0)
-            for (size_t i = 0; i < count; i++)
-                zm__forget(fs, looked_up[i], 1);
-    }
-    free(pushable);
-    free(looked_up);
-    free(buffer);
-    if (kept)
-        zm__listing_put(fs, kept);
-}
-
-static void zm__op_readdir(fuse_req_t req, fuse_ino_t inode, size_t size, off_t offset,
-                           struct fuse_file_info *fi)
-{
-    zm__readdir(req, inode, size, offset, fi, 0);
-}
-
-static void zm__op_readdirplus(fuse_req_t req, fuse_ino_t inode, size_t size, off_t offset,
-                               struct fuse_file_info *fi)
-{
-    zm__readdir(req, inode, size, offset, fi, 1);
-}
-
-static void zm__op_releasedir(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info *fi)
-{
-    (void)inode;
-    zm__fs *fs = zm__fs_of(req);
-    zm__dir *dir = (zm__dir *)(uintptr_t)fi->fh;
-    if (dir != NULL) { /* none when the kernel opened without us */
-        zm__handle_remove(fs, &dir->handle);
-        zm__dir_free(dir);
-    }
-    fuse_reply_err(req, 0);
-}
-
 /* ---- Extended attributes: none ------------------------------------------------------ */
 
 static void zm__op_getxattr(fuse_req_t req, fuse_ino_t inode, const char *name, size_t size)
@@ -1253,7 +855,7 @@ static void zm__op_copy_file_range(fuse_req_t req, fuse_ino_t inode_in, off_t of
     zm__refuse(req, "copy_file_range");
 }
 
-static const struct fuse_lowlevel_ops zm__operations = {
+const struct fuse_lowlevel_ops zm__operations = {
     .init = zm__op_init,
     .lookup = zm__op_lookup,
     .forget = zm__op_forget,
@@ -1286,512 +888,3 @@ static const struct fuse_lowlevel_ops zm__operations = {
     .fallocate = zm__op_fallocate,
     .copy_file_range = zm__op_copy_file_range,
 };
-
-/* ---- The mount's life ------------------------------------------------------------- */
-
-/* With allow_other the mount shows the source's own read bits, whatever
- * the directories above it say: a 0644 file in a 0700 home is readable by
- * nobody else there, and by everyone through the mount. Says so once, naming
- * the first directory that keeps out someone the file's bits let in. */
-static void zm__warn_hidden_source(const char *source, mode_t file_mode)
-{
-    char *directory = strdup(source);
-    if (directory == NULL)
-        return;
-    for (char *slash = strrchr(directory, '/'); slash != NULL; slash = strrchr(directory, '/')) {
-        *slash = '\0';
-        const char *shown = directory[0] ? directory : "/";
-        struct stat st;
-        if (stat(shown, &st) != 0)
-            break;
-        /* Search (x) for the group and others who may read the file. */
-        int group_kept_out = (file_mode & S_IRGRP) && !(st.st_mode & S_IXGRP);
-        int others_kept_out = (file_mode & S_IROTH) && !(st.st_mode & S_IXOTH);
-        if (group_kept_out || others_kept_out) {
-            zm_log(LOG_WARNING, "allow_other: %s keeps %s out of the source, but the mount shows "
-                    "the file's own bits (%04o): through the mount they can read it (chmod the "
-                    "source to say who may)", shown, others_kept_out ? "other users" : "its group",
-                    (unsigned)(file_mode & 07777));
-            break;
-        }
-        if (!directory[0])
-            break;
-    }
-    free(directory);
-}
-
-static void zm__choose_modes(zm__fs *fs)
-{
-    if (!fs->config.allow_other) {
-        /* Only the mounting user can enter the mount at all. */
-        fs->file_mode = 0444;
-        fs->directory_mode = 0555;
-        return;
-    }
-    /* Everyone can enter: the source's read bits decide who reads, with
-     * search bits on directories wherever reading is allowed. */
-    mode_t read_bits = fs->config.source_stat.st_mode & 0444;
-    fs->file_mode = read_bits;
-    fs->directory_mode = read_bits | (read_bits >> 2);
-    zm__warn_hidden_source(fs->config.source, fs->config.source_stat.st_mode);
-}
-
-/* The tree's progress lines (long work, every few seconds) go to the log. */
-static void zm__log_progress(void *context, const char *line)
-{
-    (void)context;
-    zm_log(LOG_INFO, "%s", line);
-}
-
-/* Opening the tree (the source, its structure, the disk cache) runs on a
- * thread of its own with the stop signals blocked, so that the threads it
- * starts (the source's decode pool, the disk writer, the progress teller)
- * inherit the mask: libfuse's loop wakes only when a stop signal lands on
- * the thread that waits in it. Meanwhile the calling thread waits for those
- * signals: an open can take long on a large or hostile file, and nothing
- * is mounted yet, so SIGTERM, SIGINT, SIGHUP or SIGQUIT then ends the
- * process at once (after a line saying so) rather than after the open. The
- * disk cache survives that as it survives SIGKILL (docs/reliability.md). */
-typedef struct zm__opening {
-    zm_tree_options options;
-    zm_tree *tree;
-    zm_err *err;
-    int rc;
-    atomic_int done;
-} zm__opening;
-
-/* How often the waiting thread looks whether the open has finished: a
- * stop signal is taken at once either way. */
-#define ZM__OPEN_POLL_NANOSECONDS 100000000L
-
-static void *zm__open_tree_thread(void *arg)
-{
-    zm__opening *o = arg;
-    o->rc = zm__tree_open(&o->options, &o->tree, o->err);
-    atomic_store(&o->done, 1);
-    return NULL;
-}
-
-static _Noreturn void zm__stopped_while_opening(const char *source, int signal_number)
-{
-    zm_log(LOG_ERR, "stopped by signal %d (%s) while opening %s: nothing was mounted",
-            signal_number, strsignal(signal_number), source);
-    /* Die of the signal itself, so that whoever waits sees why. */
-    signal(signal_number, SIG_DFL);
-    sigset_t only;
-    sigemptyset(&only);
-    sigaddset(&only, signal_number);
-    raise(signal_number);
-    pthread_sigmask(SIG_UNBLOCK, &only, NULL);
-    _exit(128 + signal_number);
-}
-
-static int zm__open_tree(zm__fs *fs, zm_err *err)
-{
-    const zm__fs_config *config = &fs->config;
-    zm__opening opening = {
-        .options =
-            {
-                .source = config->source,
-                .codec = config->codec,
-                .chunk_bytes = config->chunk_bytes,
-                .cache_bytes = config->cache_bytes,
-                .cache_dir = config->cache_dir,
-                .cache_max = config->cache_max,
-                .threads = config->threads,
-                .ahead_idle_seconds = config->ahead_idle_seconds,
-                .ahead_rate = config->ahead_rate,
-                .progress = zm__log_progress,
-                .progress_context = NULL,
-            },
-        .err = err,
-    };
-    sigset_t stop_signals, previous;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGHUP);
-    sigaddset(&stop_signals, SIGQUIT);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
-    pthread_t opener;
-    int rc = pthread_create(&opener, NULL, zm__open_tree_thread, &opening);
-    if (rc != 0) {
-        /* No thread: open here, as before (signals wait until it is done). */
-        zm__open_tree_thread(&opening);
-    } else {
-        while (!atomic_load(&opening.done)) {
-            struct timespec wait = {0, ZM__OPEN_POLL_NANOSECONDS};
-            int got = sigtimedwait(&stop_signals, NULL, &wait);
-            if (got > 0)
-                zm__stopped_while_opening(config->source, got);
-        }
-        pthread_join(opener, NULL);
-    }
-    pthread_sigmask(SIG_SETMASK, &previous, NULL);
-    fs->tree = opening.tree;
-    rc = opening.rc;
-    if (rc != 0 && err->reason[0] == '\0')
-        zm_err_set(err, rc, "%s: %s", config->source, strerror(-rc));
-    /* What the source holds but the stores leave out (an element outside
-     * the file, an encoding not read): said once, each with why. */
-    const char *const *skipped;
-    size_t skipped_count = rc == 0 ? zm__tree_skipped(fs->tree, &skipped) : 0;
-    for (size_t i = 0; i < skipped_count; i++)
-        zm_log(LOG_NOTICE, "%s: left out: %s", config->source, skipped[i]);
-    return rc;
-}
-
-/* ---- The source watcher -------------------------------------------------------- */
-
-/* Drops every page and attribute the kernel keeps for the mount's inodes, so
- * that later reads reach the daemon (and fail with EIO there). */
-static void zm__drop_kernel_cache(zm__fs *fs)
-{
-    uint64_t *numbers = NULL;
-    size_t count = 0;
-    if (zm__inodes_numbers(fs->inodes, &numbers, &count) != 0) {
-        zm_log(LOG_WARNING, "out of memory listing inodes: cached pages stay until remount");
-        return;
-    }
-    for (size_t i = 0; i < count; i++)
-        fuse_lowlevel_notify_inval_inode(fs->session, numbers[i], 0, 0);
-    free(numbers);
-}
-
-/* Whether an inotify event may mean the source changed: anything on the
- * file itself, or its name in its directory created, moved or deleted. */
-static int zm__event_matters(const struct inotify_event *event, int file_watch, const char *name)
-{
-    if (event->wd == file_watch)
-        return 1;
-    return event->len > 0 && strcmp(event->name, name) == 0;
-}
-
-/* Watches the source (the file, and its directory for a replacement by
- * rename). On a change it checks the identity as a read would; if the
- * source is no longer the mounted file, it logs why (once) and drops what
- * the kernel keeps, so that no reader is served the old file's pages after
- * the new file is in place and every read says to remount. */
-static void *zm__watch_source(void *arg)
-{
-    zm__fs *fs = arg;
-    const char *source = fs->config.source;
-    int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-    if (fd < 0) {
-        zm_log(LOG_WARNING, "cannot watch %s for changes (%s): reads still check it",
-                source, strerror(errno));
-        return NULL;
-    }
-    const char *slash = strrchr(source, '/');
-    char *directory = slash ? strndup(source, slash == source ? 1 : (size_t)(slash - source))
-                            : strdup(".");
-    const char *name = slash ? slash + 1 : source;
-    int file_watch = inotify_add_watch(fd, source,
-                                       IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF |
-                                           IN_MOVE_SELF);
-    int directory_watch =
-        directory ? inotify_add_watch(fd, directory,
-                                      IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE)
-                  : -1;
-    if (file_watch < 0 || directory_watch < 0)
-        zm_log(LOG_WARNING, "cannot watch %s for changes (%s): reads still check it", source,
-                strerror(errno));
-    _Alignas(struct inotify_event) char events[4096];
-    while (file_watch >= 0 || directory_watch >= 0) {
-        struct pollfd waits[2] = {{.fd = fd, .events = POLLIN},
-                                  {.fd = fs->watcher_stop[0], .events = POLLIN}};
-        if (poll(waits, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        if (waits[1].revents)
-            break; /* the mount is ending */
-        ssize_t got = read(fd, events, sizeof events);
-        if (got <= 0)
-            continue;
-        int matters = 0;
-        for (ssize_t at = 0; at < got;) {
-            const struct inotify_event *event = (const struct inotify_event *)(events + at);
-            matters |= zm__event_matters(event, file_watch, name);
-            at += (ssize_t)(sizeof *event + event->len);
-        }
-        zm_err err;
-        zm_err_clear(&err);
-        if (matters && zm__tree_check_source(fs->tree, &err) != 0) {
-            zm__log_failure("source", -EIO, &err);
-            zm__drop_kernel_cache(fs);
-            break; /* a mount never serves again what changed: nothing more to watch */
-        }
-    }
-    free(directory);
-    close(fd);
-    return NULL;
-}
-
-/* Starts the watcher with the stop signals blocked (libfuse's loop wakes
- * only when they land on its own thread). Not fatal if it cannot start. */
-static void zm__start_watcher(zm__fs *fs, struct fuse_session *session)
-{
-    fs->session = session;
-    if (pipe2(fs->watcher_stop, O_CLOEXEC) != 0) {
-        zm_log(LOG_WARNING, "cannot watch %s for changes (%s): reads still check it",
-                fs->config.source, strerror(errno));
-        return;
-    }
-    sigset_t all, previous;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &previous);
-    fs->watching = pthread_create(&fs->watcher, NULL, zm__watch_source, fs) == 0;
-    pthread_sigmask(SIG_SETMASK, &previous, NULL);
-    if (!fs->watching) {
-        close(fs->watcher_stop[0]);
-        close(fs->watcher_stop[1]);
-        zm_log(LOG_WARNING, "cannot watch %s for changes: reads still check it",
-                fs->config.source);
-    }
-}
-
-static void zm__stop_watcher(zm__fs *fs)
-{
-    if (!fs->watching)
-        return;
-    char byte = 1;
-    if (write(fs->watcher_stop[1], &byte, 1) != 1)
-        zm_log(LOG_WARNING, "cannot stop the source watcher: %s", strerror(errno));
-    pthread_join(fs->watcher, NULL);
-    close(fs->watcher_stop[0]);
-    close(fs->watcher_stop[1]);
-    fs->watching = 0;
-}
-
-/* How far ahead of a walking reader kept files are pushed: an eighth of
- * the memory cache, at most 64 MiB (a window is one round trip; more only
- * costs memory the reader may not want). */
-static uint64_t zm__push_window(const zm__fs_config *config)
-{
-    uint64_t cache = config->cache_bytes ? config->cache_bytes : ((uint64_t)1 << 30);
-    uint64_t window = cache / 8;
-    return window < ((uint64_t)64 << 20) ? window : ((uint64_t)64 << 20);
-}
-
-/* Answers the kernel's INIT, asking for passthrough when it is wanted
- * (passthrough=on), as root (the kernel lends backing files to
- * CAP_SYS_ADMIN only). 0, or -errno when the session ended. */
-static int zm__handshake(zm__fs *fs, struct fuse_session *session)
-{
-    int wanted = fs->config.passthrough;
-    int offer = wanted && geteuid() == 0 && zm__backings_create(&fs->backings) == 0;
-    if (wanted && geteuid() != 0)
-        zm_log(LOG_WARNING, "passthrough=on needs root (the kernel lends backing files to "
-                "CAP_SYS_ADMIN only): the daemon serves every read");
-    /* Read by the init operation, which libfuse calls while answering. */
-    fs->passthrough = offer;
-    int granted = 0;
-    int rc = zm__passthrough_handshake(session, offer, &granted);
-    fs->passthrough = granted;
-    if (offer && !granted)
-        zm_log(LOG_WARNING, "passthrough=on: this kernel has no FUSE passthrough (Linux 6.9 or "
-                "later has): the daemon serves every read");
-    if (granted)
-        zm_log(LOG_INFO, "passthrough: files the disk cache holds are read by the kernel from it");
-    return rc;
-}
-
-/* Runs the multi-threaded loop until unmounted (0), stopped by a signal
- * (the signal number) or failed (-errno). */
-static int zm__run_loop(struct fuse_session *session)
-{
-    struct fuse_loop_config *loop = fuse_loop_cfg_create();
-    if (loop == NULL)
-        return -ENOMEM;
-    fuse_loop_cfg_set_clone_fd(loop, 1); /* a device descriptor per worker */
-    fuse_loop_cfg_set_idle_threads(loop, ZM__LOOP_IDLE_THREADS);
-    fuse_loop_cfg_set_max_threads(loop, ZM__LOOP_THREADS);
-    int rc = fuse_session_loop_mt(session, loop);
-    fuse_loop_cfg_destroy(loop);
-    return rc;
-}
-
-static const char *zm__fuse_reason(const char *fallback)
-{
-    const char *captured = zm__log_captured();
-    return captured[0] ? captured : fallback;
-}
-
-/* From the session to the unmount. report is the daemon's line to its
- * waiting parent (-1 in the foreground). Returns the exit status. */
-static int zm__serve(zm__fs *fs, int report)
-{
-    zm__fs_config *config = &fs->config;
-    int status = ZM__EXIT_REFUSED;
-    int handlers = 0;
-    int mounted = 0;
-    zm_err err;
-    zm_err_clear(&err);
-
-    /* libfuse says why it fails in its own messages: keep them, and say it
-     * in one line of ours. */
-    zm__log_capture_fuse(1);
-    /* The session first: it checks the FUSE mount options, before the
-     * source is opened (which may take a while). */
-    struct fuse_session *session =
-        fuse_session_new(&config->fuse_args, &zm__operations, sizeof zm__operations, fs);
-    if (session == NULL) {
-        zm_log(LOG_ERR, "%s", zm__fuse_reason("cannot start a FUSE session"));
-        goto done;
-    }
-    int rc = zm__inodes_create(&fs->inodes);
-    if (rc == 0)
-        rc = zm__open_tree(fs, &err);
-    if (rc != 0) {
-        zm_log(LOG_ERR, "%s",
-                rc == -ENOMEM && err.reason[0] == '\0' ? "out of memory" : err.reason);
-        status = rc == -ENOMEM ? ZM__EXIT_FAILURE : ZM__EXIT_REFUSED;
-        goto done;
-    }
-    status = ZM__EXIT_FAILURE;
-    if (fuse_set_signal_handlers(session) != 0) {
-        zm_log(LOG_ERR, "%s", zm__fuse_reason("cannot install the signal handlers"));
-        goto done;
-    }
-    handlers = 1;
-    if (fuse_session_mount(session, config->mountpoint) != 0) {
-        zm_log(LOG_ERR, "cannot mount at %s: %s", config->mountpoint,
-                zm__fuse_reason("mount failed"));
-        goto done;
-    }
-    mounted = 1;
-    zm__log_capture_fuse(0);
-    if (report >= 0) {
-        zm__daemon_detach(report);
-        report = -1;
-    } else if (chdir("/") != 0) {
-        /* Not fatal: only keeps the directory busy. */
-        zm_log(LOG_WARNING, "cannot change directory to /: %s", strerror(errno));
-    }
-    zm_log(LOG_INFO, "serving %s at %s", config->source, config->mountpoint);
-
-    fs->session = session;
-    rc = zm__handshake(fs, session);
-    zm__start_watcher(fs, session);
-    /* Without passthrough, a remount pushes kept files ahead of walking
-     * readers. (A first mount has none when a walk lists a directory, and
-     * what it makes is in memory.) */
-    if (rc == 0 && !fs->passthrough && zm__tree_kept_on_disk(fs->tree) &&
-        zm__pusher_start(session, fs->tree, fs->inodes, zm__push_window(config), &fs->pusher) != 0)
-        zm_log(LOG_WARNING, "cannot start pushing kept files into the page cache: they are read "
-                "as usual");
-    if (fs->passthrough || fs->pusher != NULL)
-        zm__tree_kernel_reads_kept(fs->tree);
-    if (rc == 0)
-        rc = zm__run_loop(session);
-    else if (rc == -ENODEV)
-        rc = 0; /* unmounted before INIT */
-    zm__pusher_stop(fs->pusher);
-    fs->pusher = NULL;
-    zm__stop_watcher(fs);
-    status = rc < 0 ? ZM__EXIT_FAILURE : ZM__EXIT_OK;
-    if (rc < 0)
-        zm_log(LOG_ERR, "serving %s failed: %s", config->mountpoint, strerror(-rc));
-
-done:
-    zm__log_capture_fuse(0);
-    /* Requests still running have finished: the loop joins its workers. */
-    if (mounted)
-        fuse_session_unmount(session);
-    if (handlers)
-        fuse_remove_signal_handlers(session);
-    if (session)
-        fuse_session_destroy(session);
-    if (mounted)
-        zm_log(LOG_INFO, "unmounted %s", config->mountpoint);
-    zm__handles_free_all(fs);
-    zm__backings_destroy(fs->backings);
-    fs->backings = NULL;
-    if (fs->listing)
-        zm__dir_free(fs->listing);
-    fs->listing = NULL;
-    if (fs->tree)
-        zm__tree_close(fs->tree);
-    zm__inodes_destroy(fs->inodes);
-    fs->tree = NULL;
-    fs->inodes = NULL;
-    /* A daemon that fails before detaching closes its line: the parent then
-     * takes this status from waitpid. */
-    if (report >= 0)
-        close(report);
-    return status;
-}
-
-static const char *zm__program_name(int argc, char **argv)
-{
-    if (argc < 1 || argv[0] == NULL)
-        return "zarrmount";
-    const char *slash = strrchr(argv[0], '/');
-    return slash ? slash + 1 : argv[0];
-}
-
-int zm_fs_main(int argc, char **argv)
-{
-    /* The library's lines, and ours, go where the daemon's log is. */
-    zm__log_start();
-    /* Chunks are made and freed by the thousand, each up to a few MiB: kept
-     * on the heap (not a fresh mapping each, whose every page faults in
-     * zeroed) and not trimmed back after each, glibc's memory is reused.
-     * Measured: a fifth of the daemon's time on a walk from the disk cache
-     * was page faults of new chunk buffers. */
-    mallopt(M_MMAP_THRESHOLD, 8 << 20);
-    mallopt(M_TRIM_THRESHOLD, 16 << 20);
-    /* An arena a core, not eight: each FUSE thread would otherwise keep
-     * its own free memory (measured: 75 MB more at the peak of a walk of
-     * ten million cells, no faster). */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    mallopt(M_ARENA_MAX, cores > 1 ? (int)cores : 1);
-    zm__fs fs;
-    memset(&fs, 0, sizeof fs);
-    clock_gettime(CLOCK_MONOTONIC, &fs.began);
-    pthread_mutex_init(&fs.handles_lock, NULL);
-    pthread_mutex_init(&fs.listing_lock, NULL);
-    fs.handles.next = fs.handles.previous = &fs.handles;
-    zm_err err;
-
-    zm__log_capture_fuse(1);
-    int rc = zm__fs_config_parse(argc, argv, &fs.config, &err);
-    zm__log_capture_fuse(0);
-    if (rc != 0) {
-        zm_log(LOG_ERR, "%s", zm__fuse_reason(err.reason));
-        zm__fs_config_free(&fs.config);
-        return rc == -ENOMEM ? ZM__EXIT_FAILURE : ZM__EXIT_REFUSED;
-    }
-    if (fs.config.show_help || fs.config.show_version) {
-        if (fs.config.show_help)
-            zm__fs_print_help(stdout, zm__program_name(argc, argv));
-        else
-            printf("zarrmount %s (FUSE library %s)\n", ZM_VERSION, fuse_pkgversion());
-        zm__fs_config_free(&fs.config);
-        return ZM__EXIT_OK;
-    }
-    if (fs.config.read_write_ignored)
-        zm_log(LOG_WARNING, "option rw ignored: zarrmount mounts read-only");
-    /* Paths become absolute before the daemon changes directory to "/". */
-    if ((rc = zm__fs_config_resolve(&fs.config, &err)) != 0 ||
-        (rc = zm__fs_config_finish_fuse_args(&fs.config, &err)) != 0) {
-        zm_log(LOG_ERR, "%s", err.reason);
-        zm__fs_config_free(&fs.config);
-        return rc == -ENOMEM ? ZM__EXIT_FAILURE : ZM__EXIT_REFUSED;
-    }
-    zm__choose_modes(&fs);
-    zm__log_set_debug(fs.config.debug);
-
-    int report = -1;
-    if (!fs.config.foreground && (rc = zm__daemon_fork(&report, &err)) != 0) {
-        zm_log(LOG_ERR, "%s", err.reason);
-        zm__fs_config_free(&fs.config);
-        return ZM__EXIT_FAILURE;
-    }
-    int status = zm__serve(&fs, report);
-    zm__fs_config_free(&fs.config);
-    zm__log_close();
-    return status;
-}

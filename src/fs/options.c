@@ -141,61 +141,6 @@ static int zm__option(void *data, const char *arg, int key, struct fuse_args *ou
     return 1;     /* a FUSE mount option; fuse_session_new refuses unknown ones */
 }
 
-int zm__parse_size(const char *option, const char *text, uint64_t *bytes, zm_err *err)
-{
-    static const char usage[] = "bytes, or a number with K, M, G or T (powers of 1024): 256M, 1G";
-    if (!isdigit((unsigned char)text[0]))
-        return zm_err_set(err, -EINVAL, "%s=%s: not a size (%s)", option, text, usage);
-    errno = 0;
-    char *end;
-    unsigned long long value = strtoull(text, &end, 10);
-    if (errno == ERANGE)
-        return zm_err_set(err, -EINVAL, "%s=%s: too large", option, text);
-    unsigned shift = 0;
-    switch (toupper((unsigned char)*end)) {
-    case 'K':
-        shift = 10;
-        break;
-    case 'M':
-        shift = 20;
-        break;
-    case 'G':
-        shift = 30;
-        break;
-    case 'T':
-        shift = 40;
-        break;
-    default:
-        break;
-    }
-    if (shift != 0) {
-        end++;
-        if (strcmp(end, "iB") == 0)
-            end += 2;
-    }
-    if (*end != '\0')
-        return zm_err_set(err, -EINVAL, "%s=%s: not a size (%s)", option, text, usage);
-    if (value == 0)
-        return zm_err_set(err, -EINVAL, "%s=%s: must be more than 0", option, text);
-    if (value > (UINT64_MAX >> shift))
-        return zm_err_set(err, -EINVAL, "%s=%s: too large", option, text);
-    *bytes = (uint64_t)value << shift;
-    return 0;
-}
-
-static int zm__parse_threads(const char *text, unsigned *threads, zm_err *err)
-{
-    char *end;
-    errno = 0;
-    unsigned long value = isdigit((unsigned char)text[0]) ? strtoul(text, &end, 10) : 0;
-    if (!isdigit((unsigned char)text[0]) || *end != '\0' || errno == ERANGE || value == 0 ||
-        value > ZM__MAX_THREADS)
-        return zm_err_set(err, -EINVAL, "threads=%s: not a number of threads from 1 to %u", text,
-                          ZM__MAX_THREADS);
-    *threads = (unsigned)value;
-    return 0;
-}
-
 /* A number of seconds or a rate: a decimal from 0 to limit. */
 static int zm__parse_decimal(const char *option, const char *text, double limit, const char *what,
                              double *out, zm_err *err)
@@ -213,42 +158,42 @@ static int zm__parse_decimal(const char *option, const char *text, double limit,
 /* Checks and converts the options fuse_opt_parse left as text. */
 static int zm__check_values(zm__parse *parse, zm_err *err)
 {
-    zm__fs_config *config = parse->config;
+    zm_config *options = &parse->config->options;
     int rc;
     if (parse->codec && parse->codec[0] == '\0')
         return zm_err_set(err, -EINVAL,
                           "codec= needs a value (none, zstd[:LEVEL], blosc[:CNAME[:LEVEL]])");
     if (parse->chunk_size &&
-        (rc = zm__parse_size("chunk_size", parse->chunk_size, &config->chunk_bytes, err)))
+        (rc = zm_parse_size("chunk_size", parse->chunk_size, &options->chunk_bytes, err)))
         return rc;
     if (parse->cache_size &&
-        (rc = zm__parse_size("cache_size", parse->cache_size, &config->cache_bytes, err)))
+        (rc = zm_parse_size("cache_size", parse->cache_size, &options->cache_bytes, err)))
         return rc;
-    if (parse->threads && (rc = zm__parse_threads(parse->threads, &config->threads, err)))
+    if (parse->threads &&
+        (rc = zm_parse_threads("threads", parse->threads, &options->threads, err)))
         return rc;
     if (parse->cache_max &&
-        (rc = zm__parse_size("cache_max", parse->cache_max, &config->cache_max, err)))
+        (rc = zm_parse_size("cache_max", parse->cache_max, &options->cache_max, err)))
         return rc;
-    config->ahead_idle_seconds = -1;
     if (parse->ahead_idle && (rc = zm__parse_decimal("ahead_idle", parse->ahead_idle, 86400,
                                                      "a number of seconds",
-                                                     &config->ahead_idle_seconds, err)))
+                                                     &options->ahead_idle_seconds, err)))
         return rc;
     if (parse->ahead_rate && (rc = zm__parse_decimal("ahead_rate", parse->ahead_rate, 1e6,
                                                      "a number of chunks a second",
-                                                     &config->ahead_rate, err)))
+                                                     &options->ahead_rate, err)))
         return rc;
     if (parse->passthrough) {
         if (strcmp(parse->passthrough, "on") == 0)
-            config->passthrough = 1;
+            parse->config->passthrough = 1;
         else if (strcmp(parse->passthrough, "off") != 0)
             return zm_err_set(err, -EINVAL, "passthrough=%s: give on or off", parse->passthrough);
     }
     if (parse->cache_dir && parse->cache_dir[0] == '\0')
         return zm_err_set(err, -EINVAL, "cache_dir= needs a directory (or none)");
-    config->codec = parse->codec;
+    options->codec = parse->codec;
     parse->codec = NULL;
-    config->cache_dir = parse->cache_dir;
+    options->cache_dir = parse->cache_dir;
     parse->cache_dir = NULL;
     return 0;
 }
@@ -256,6 +201,7 @@ static int zm__check_values(zm__parse *parse, zm_err *err)
 int zm__fs_config_parse(int argc, char **argv, zm__fs_config *config, zm_err *err)
 {
     memset(config, 0, sizeof *config);
+    zm_config_unset(&config->options);
     zm_err_clear(err);
     zm__parse parse = {.config = config, .err = err};
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -365,8 +311,9 @@ void zm__fs_config_free(zm__fs_config *config)
 {
     free(config->source);
     free(config->mountpoint);
-    free(config->codec);
-    free(config->cache_dir);
+    /* The two strings zm__check_values took from the parse. */
+    free((char *)config->options.codec);
+    free((char *)config->options.cache_dir);
     fuse_opt_free_args(&config->fuse_args);
     memset(config, 0, sizeof *config);
 }
@@ -401,8 +348,10 @@ void zm__fs_print_help(FILE *out, const char *program)
             "                      else a given DIR refuses the mount and the default is\n"
             "                      not used (said in the log)\n"
             "  -o cache_max=SIZE   the most that directory holds (default 4G)\n"
-            "  -o threads=N        threads that read and encode chunks, 1 to %u\n"
-            "                      (default: one per core)\n"
+            "  -o threads=N        threads that read, decode and encode chunks, 1 to %u\n"
+            "                      (default: one per core): the pool decoding source\n"
+            "                      chunks and the encoders of a walked array's chunks\n"
+            "                      ahead each have N\n"
             "  -o ahead_idle=SEC   once a view is read, its chunks are made ahead at idle\n"
             "                      priority, first cells first, until no reader has asked\n"
             "                      anything of it for SEC seconds (default 5; 0: off)\n"
@@ -430,5 +379,5 @@ void zm__fs_print_help(FILE *out, const char *program)
             "\n"
             "Exit status: 0 after a clean unmount, 1 when mounting or serving fails,\n"
             "2 for a bad command line or source. See docs/mount.md.\n",
-            program, ZM__MAX_THREADS);
+            program, ZM_MAX_THREADS);
 }

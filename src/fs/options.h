@@ -14,21 +14,17 @@
 
 #include <fuse_opt.h>
 
+#include "zarrmount/config.h"
 #include "zarrmount/error.h"
-
-#define ZM__MAX_THREADS 1024u
 
 typedef struct zm__fs_config {
     char *source;           /* as given; absolute after zm__fs_config_resolve */
     char *mountpoint;       /* likewise */
-    char *codec;            /* NULL: the default (blosc:zstd:1, byte shuffle) */
-    uint64_t cache_bytes;   /* 0: the tree's default (512 MiB) */
-    char *cache_dir;        /* the disk cache; NULL: the default; "none": off */
-    uint64_t cache_max;     /* its bound; 0: the default (4 GiB) */
-    uint64_t chunk_bytes;   /* 0: the tree's default (1 MiB) */
-    unsigned threads;       /* decode threads; 0: one per core */
-    double ahead_idle_seconds; /* synthesis ahead stops after this idle; -1: default; 0: off */
-    double ahead_rate;      /* chunks a second made ahead; 0: no limit */
+    /* What the tree is served with (codec and cache_dir malloc'd here), as
+     * given: an option not given is "the default" (zarrmount/config.h),
+     * which zm_config_resolve (the tree, the push window) turns into its
+     * value, so that the FUSE layer writes no default of its own. */
+    zm_config options;
     int passthrough;        /* -o passthrough=on: files the disk cache holds are read by
                              * the kernel straight from it */
     int foreground;         /* -f (and -d) */
@@ -55,10 +51,6 @@ int zm__fs_config_resolve(zm__fs_config *config, zm_err *err);
 int zm__fs_config_finish_fuse_args(zm__fs_config *config, zm_err *err);
 
 void zm__fs_config_free(zm__fs_config *config);
-
-/* "256M", "1G", "4096", "64KiB" (powers of 1024) into bytes; more than 0.
- * -EINVAL with a reason naming the option. */
-int zm__parse_size(const char *option, const char *text, uint64_t *bytes, zm_err *err);
 
 void zm__fs_print_help(FILE *out, const char *program);
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "source/source_internal.h"
+#include "zarrmount/config.h"
 
 #define DEFAULT_CACHE_BYTES (256u << 20)
 
@@ -230,11 +231,7 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
 
     /* Decode threads: the caller of each read plus threads − 1 workers;
      * one thread decodes inline, with no pool at all. */
-    unsigned threads = options && options->threads ? options->threads : 0;
-    if (threads == 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cores > 0 ? (unsigned)cores : 1;
-    }
+    unsigned threads = options && options->threads ? options->threads : zm_config_cores();
     size_t cache_bytes = options && options->chunk_cache_bytes ? options->chunk_cache_bytes
                                                                 : DEFAULT_CACHE_BYTES;
     if ((threads > 1 && (rc = zm__pool_create(threads - 1, &source->pool)) != 0) ||

@@ -585,7 +585,7 @@ int zm__open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err)
              (long long)id->size, (long long)id->mtime_ns, (unsigned long long)id->inode,
              (unsigned long long)XXH3_64bits(head, got > 0 ? (size_t)got : 0),
              build[0] ? "|codecs=" : "", build);
-    int rc = zm_disk_open(directory, options->cache_max ? options->cache_max : (4ull << 30),
+    int rc = zm_disk_open(directory, options->cache_max ? options->cache_max : ZM_DEFAULT_DISK_CACHE_MAX,
                           &t->disk, &why);
     if (rc == -EPERM && given) {
         t->disk = NULL;

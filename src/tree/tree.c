@@ -532,13 +532,12 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     t->source_text = malloc(source_length + 1);
     if (t->source_text != NULL)
         zm_text_utf8_copy(t->source_text, source_length + 1, options->source);
-    t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : (1u << 20);
-    uint64_t memory = options->cache_bytes ? options->cache_bytes : DEFAULT_MEMORY_BYTES;
+    t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : ZM_DEFAULT_CHUNK_BYTES;
+    uint64_t memory = options->cache_bytes ? options->cache_bytes : ZM_DEFAULT_CACHE_BYTES;
     t->cache_bytes = memory / 2 ? memory / 2 : 1;
     t->synth = zm_synth_create(memory / 4);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    t->ahead_threads = cores > 1 ? (unsigned)cores : 1;
-    double idle = options->ahead_idle_seconds < 0 ? DEFAULT_AHEAD_IDLE_SECONDS : options->ahead_idle_seconds;
+    t->ahead_threads = options->threads ? options->threads : zm_config_cores();
+    double idle = options->ahead_idle_seconds < 0 ? ZM_DEFAULT_AHEAD_IDLE_SECONDS : options->ahead_idle_seconds;
     t->ahead_idle_ns = (int64_t)(idle * 1e9);
     t->ahead_rate = options->ahead_rate;
     int rc = 0;

@@ -12,19 +12,14 @@
 #include <time.h>
 
 #include "zarrmount/cache.h"
+#include "zarrmount/config.h"
 #include "zarrmount/source.h"
 #include "zarrmount/synth.h"
 #include "zarrmount/tree.h"
 #include "zarrmount/view.h"
 #include "zarrmount/zarr.h"
 
-/* What the daemon keeps in memory for reuse (-o cache_size): half for
- * synthesized files, a quarter for decoded source chunks, a quarter for
- * walks (larger walks are spilled to disk in batches). */
-#define DEFAULT_MEMORY_BYTES ((uint64_t)1 << 30)
 #define MAX_VIEWS 32
-/* Synthesis ahead stops when a view has been idle this long. */
-#define DEFAULT_AHEAD_IDLE_SECONDS 5.0
 
 /* Views counted one by one; more distinct views than this share one line. */
 #define MAX_VIEW_STATS 1024

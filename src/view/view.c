@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "zarrmount/config.h"
 #include "zarrmount/view.h"
 
 struct zm_view_sparse {
@@ -592,7 +593,7 @@ static void *part_lengths(void *context)
 
 static void major_lengths(const zm_view *view, zm_view_sparse *s)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long cores = zm_config_cores();
     uint64_t threads = s->majors / LENGTHS_PER_THREAD;
     if (threads > (uint64_t)(cores > 1 ? cores : 1))
         threads = (uint64_t)(cores > 1 ? cores : 1);
@@ -1223,7 +1224,7 @@ int zm_view_create(zm_source *source, const zm_view_spec *spec, uint64_t chunk_b
         return zm_err_set(err, -ENOMEM, "out of memory");
     view->source = source;
     view->spec = *spec;
-    view->chunk_bytes = chunk_bytes ? chunk_bytes : (1u << 20);
+    view->chunk_bytes = chunk_bytes ? chunk_bytes : ZM_DEFAULT_CHUNK_BYTES;
     pthread_mutex_init(&view->mutex, NULL);
     int rc = select_cells(view, err);
     if (rc == 0)
