@@ -1,6 +1,6 @@
-/* zarrmount cli: the command line's commands. select, inspect and stats are
- * libzarrmount-cli's (src/cli/), apart from the library; export and explain
- * are still defined beside the tree they drive. `zarrmount select` runs the
+/* zarrmount cli: the command line's commands (libzarrmount-cli, src/cli/),
+ * apart from the library: select, inspect, stats, export and explain; the
+ * mount itself is zm_fs_main (zarrmount/fs.h). `zarrmount select` runs the
  * selection kernel on one JSON request (docs/select-contract.md gives the
  * contract). */
 #ifndef ZARRMOUNT_CLI_H
@@ -62,12 +62,12 @@ int zm_stats_main(int argc, char **argv, FILE *out);
  * mount serves, without FUSE. codec NULL: the default. Returns the exit
  * status (0, 1 on failure, 2 for a bad source or view), saying why on
  * stderr. */
-int zm_fs_export(const char *source, const char *view, const char *directory, const char *codec,
+int zm_export_main(const char *source, const char *view, const char *directory, const char *codec,
                  unsigned threads, uint64_t chunk_bytes);
 
 /* `zarrmount explain SOURCE PATH [--json]` or `zarrmount explain MNT/PATH
  * [--json]` (argv after "explain"): what a path is, or why it does not
  * exist (exit 2), resolved without reading a chunk. */
-int zm_fs_explain(int argc, char **argv);
+int zm_explain_main(int argc, char **argv);
 
 #endif

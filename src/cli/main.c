@@ -58,7 +58,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "inspect") == 0)
         return zm_inspect_main(argc - 2, argv + 2, stdout);
     if (argc >= 2 && strcmp(argv[1], "explain") == 0)
-        return zm_fs_explain(argc - 2, argv + 2);
+        return zm_explain_main(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "stats") == 0)
         return zm_stats_main(argc - 2, argv + 2, stdout);
     /* More subcommands go here, each dispatched on argv[1] like these. */
@@ -90,7 +90,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size SIZE]\n");
             return ZM_EXIT_REFUSED;
         }
-        return zm_fs_export(positional[0], positional[1], positional[2], codec, 0, chunk);
+        return zm_export_main(positional[0], positional[1], positional[2], codec, 0, chunk);
     }
     if (argc == 2 && strcmp(argv[1], "--version") == 0) {
         printf("zarrmount %s (subsampling spec version %d)\n", ZM_VERSION, 1);

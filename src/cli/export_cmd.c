@@ -84,7 +84,7 @@ static int walk_directory(struct walk *w, const char *tree_path, const char *dis
     return zm__tree_list(w->tree, tree_path, visit, &c, w->err);
 }
 
-int zm_fs_export(const char *source, const char *view, const char *directory, const char *codec,
+int zm_export_main(const char *source, const char *view, const char *directory, const char *codec,
                  unsigned threads, uint64_t chunk_bytes)
 {
     /* A one-shot copy keeps nothing on disk. */
