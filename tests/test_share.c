@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "text/bignum.h"
+#include "zarrmount/text.h"
 #include "zarrmount/select.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -1766,20 +1766,20 @@ static const char *const pow2_repr[2098] = {
 /* ---- bignum ------------------------------------------------------------- */
 
 /* r = a · b, from the API's one-word products and shifts. */
-static void big_product(const zm__big *a, const zm__big *b, zm__big *r)
+static void big_product(const zm_big *a, const zm_big *b, zm_big *r)
 {
-    zm__big_set_u64(r, 0);
+    zm_big_set_u64(r, 0);
     for (size_t i = 0; i < b->len; i++) {
-        zm__big part = *a;
-        cr_assert_eq(zm__big_mul_u64(&part, b->limb[i]), 0);
-        cr_assert_eq(zm__big_shl(&part, (unsigned)(32 * i)), 0);
-        cr_assert_eq(zm__big_add(r, &part), 0);
+        zm_big part = *a;
+        cr_assert_eq(zm_big_mul_u64(&part, b->limb[i]), 0);
+        cr_assert_eq(zm_big_shl(&part, (unsigned)(32 * i)), 0);
+        cr_assert_eq(zm_big_add(r, &part), 0);
     }
 }
 
 /* A random number of len limbs whose limbs favour the values that exercise
  * carries and Knuth's corrections: 0, 1, 2^31 − 1, 2^31, 2^32 − 1. */
-static void random_big(uint64_t *state, size_t len, zm__big *a)
+static void random_big(uint64_t *state, size_t len, zm_big *a)
 {
     static const uint32_t edges[] = {0, 1, 0x7fffffffu, 0x80000000u, 0xffffffffu, 0xfffffffeu};
     a->len = len;
@@ -1796,29 +1796,29 @@ Test(bignum, u64_round_trip_bit_length_and_compare)
     static const uint64_t values[] = {
         0, 1, 2, 3, 0xffffffffull, 0x100000000ull, 0x123456789abcdefull, UINT64_MAX};
     for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
-        zm__big a;
-        zm__big_set_u64(&a, values[i]);
+        zm_big a;
+        zm_big_set_u64(&a, values[i]);
         uint64_t back = 7;
-        cr_assert_eq(zm__big_to_u64(&a, &back), 0);
+        cr_assert_eq(zm_big_to_u64(&a, &back), 0);
         cr_assert_eq(back, values[i]);
-        cr_assert_eq(zm__big_is_zero(&a), values[i] == 0);
+        cr_assert_eq(zm_big_is_zero(&a), values[i] == 0);
         size_t bits = 0;
         for (uint64_t v = values[i]; v; v >>= 1)
             bits++;
-        cr_assert_eq(zm__big_bit_length(&a), bits);
+        cr_assert_eq(zm_big_bit_length(&a), bits);
         for (size_t j = 0; j < sizeof values / sizeof values[0]; j++) {
-            zm__big b;
-            zm__big_set_u64(&b, values[j]);
+            zm_big b;
+            zm_big_set_u64(&b, values[j]);
             int want = values[i] < values[j] ? -1 : values[i] > values[j] ? 1 : 0;
-            cr_assert_eq(zm__big_cmp(&a, &b), want);
+            cr_assert_eq(zm_big_cmp(&a, &b), want);
         }
     }
-    zm__big big;
-    zm__big_set_u64(&big, UINT64_MAX);
-    cr_assert_eq(zm__big_add_u64(&big, 1), 0);
+    zm_big big;
+    zm_big_set_u64(&big, UINT64_MAX);
+    cr_assert_eq(zm_big_add_u64(&big, 1), 0);
     uint64_t v;
-    cr_assert_eq(zm__big_to_u64(&big, &v), -ERANGE);
-    cr_assert_eq(zm__big_bit_length(&big), 65);
+    cr_assert_eq(zm_big_to_u64(&big, &v), -ERANGE);
+    cr_assert_eq(zm_big_bit_length(&big), 65);
 }
 
 Test(bignum, small_arithmetic_matches_uint128)
@@ -1828,52 +1828,52 @@ Test(bignum, small_arithmetic_matches_uint128)
         uint64_t x = next_random(&state) >> random_below(&state, 64);
         uint64_t y = next_random(&state) >> random_below(&state, 64);
         unsigned shift = (unsigned)random_below(&state, 60);
-        zm__big a, b;
-        zm__big_set_u64(&a, x);
-        zm__big_set_u64(&b, y);
+        zm_big a, b;
+        zm_big_set_u64(&a, x);
+        zm_big_set_u64(&b, y);
 
         /* Products and shifts up to 128 bits compared with unsigned __int128. */
-        zm__big p = a;
-        cr_assert_eq(zm__big_mul_u64(&p, y), 0);
+        zm_big p = a;
+        cr_assert_eq(zm_big_mul_u64(&p, y), 0);
         unsigned __int128 want = (unsigned __int128)x * y;
-        zm__big w;
-        zm__big_set_u64(&w, (uint64_t)(want >> 64));
-        cr_assert_eq(zm__big_shl(&w, 64), 0);
-        cr_assert_eq(zm__big_add_u64(&w, (uint64_t)want), 0);
-        cr_assert_eq(zm__big_cmp(&p, &w), 0, "%llu * %llu", (unsigned long long)x,
+        zm_big w;
+        zm_big_set_u64(&w, (uint64_t)(want >> 64));
+        cr_assert_eq(zm_big_shl(&w, 64), 0);
+        cr_assert_eq(zm_big_add_u64(&w, (uint64_t)want), 0);
+        cr_assert_eq(zm_big_cmp(&p, &w), 0, "%llu * %llu", (unsigned long long)x,
                      (unsigned long long)y);
 
-        zm__big s = a;
-        cr_assert_eq(zm__big_shl(&s, shift), 0);
-        zm__big t = a;
-        cr_assert_eq(zm__big_mul_u64(&t, 1ull << shift), 0);
-        cr_assert_eq(zm__big_cmp(&s, &t), 0);
+        zm_big s = a;
+        cr_assert_eq(zm_big_shl(&s, shift), 0);
+        zm_big t = a;
+        cr_assert_eq(zm_big_mul_u64(&t, 1ull << shift), 0);
+        cr_assert_eq(zm_big_cmp(&s, &t), 0);
 
         /* Sum and difference. */
-        zm__big sum = a;
-        cr_assert_eq(zm__big_add(&sum, &b), 0);
+        zm_big sum = a;
+        cr_assert_eq(zm_big_add(&sum, &b), 0);
         unsigned __int128 want_sum = (unsigned __int128)x + y;
-        zm__big_set_u64(&w, (uint64_t)(want_sum >> 64));
-        cr_assert_eq(zm__big_shl(&w, 64), 0);
-        cr_assert_eq(zm__big_add_u64(&w, (uint64_t)want_sum), 0);
-        cr_assert_eq(zm__big_cmp(&sum, &w), 0);
-        zm__big diff = a;
+        zm_big_set_u64(&w, (uint64_t)(want_sum >> 64));
+        cr_assert_eq(zm_big_shl(&w, 64), 0);
+        cr_assert_eq(zm_big_add_u64(&w, (uint64_t)want_sum), 0);
+        cr_assert_eq(zm_big_cmp(&sum, &w), 0);
+        zm_big diff = a;
         if (x >= y) {
-            cr_assert_eq(zm__big_sub(&diff, &b), 0);
+            cr_assert_eq(zm_big_sub(&diff, &b), 0);
             uint64_t d;
-            cr_assert_eq(zm__big_to_u64(&diff, &d), 0);
+            cr_assert_eq(zm_big_to_u64(&diff, &d), 0);
             cr_assert_eq(d, x - y);
         } else {
-            cr_assert_eq(zm__big_sub(&diff, &b), -EDOM);
+            cr_assert_eq(zm_big_sub(&diff, &b), -EDOM);
         }
 
         /* Division of 64-bit values. */
         if (y != 0) {
-            zm__big q, r;
-            cr_assert_eq(zm__big_divmod(&a, &b, &q, &r), 0);
+            zm_big q, r;
+            cr_assert_eq(zm_big_divmod(&a, &b, &q, &r), 0);
             uint64_t qv, rv;
-            cr_assert_eq(zm__big_to_u64(&q, &qv), 0);
-            cr_assert_eq(zm__big_to_u64(&r, &rv), 0);
+            cr_assert_eq(zm_big_to_u64(&q, &qv), 0);
+            cr_assert_eq(zm_big_to_u64(&r, &rv), 0);
             cr_assert_eq(qv, x / y);
             cr_assert_eq(rv, x % y);
         }
@@ -1883,23 +1883,23 @@ Test(bignum, small_arithmetic_matches_uint128)
 Test(bignum, powers_of_ten)
 {
     /* 10^e by mul_pow10 equals e multiplications by ten, and 10^e < 2^(e·log2 10 + 1). */
-    zm__big slow;
-    zm__big_set_u64(&slow, 1);
+    zm_big slow;
+    zm_big_set_u64(&slow, 1);
     for (unsigned e = 0; e <= 1200; e++) {
-        zm__big fast;
-        zm__big_set_u64(&fast, 1);
-        cr_assert_eq(zm__big_mul_pow10(&fast, e), 0);
-        cr_assert_eq(zm__big_cmp(&fast, &slow), 0, "10^%u", e);
-        size_t bits = zm__big_bit_length(&fast);
+        zm_big fast;
+        zm_big_set_u64(&fast, 1);
+        cr_assert_eq(zm_big_mul_pow10(&fast, e), 0);
+        cr_assert_eq(zm_big_cmp(&fast, &slow), 0, "10^%u", e);
+        size_t bits = zm_big_bit_length(&fast);
         cr_assert_eq(bits, (size_t)floor(e * log2(10.0)) + 1, "10^%u has %zu bits", e, bits);
-        cr_assert_eq(zm__big_mul_u64(&slow, 10), 0);
+        cr_assert_eq(zm_big_mul_u64(&slow, 10), 0);
     }
-    zm__big zero;
-    zm__big_set_u64(&zero, 0);
-    cr_assert_eq(zm__big_mul_pow10(&zero, 500), 0);
-    cr_assert(zm__big_is_zero(&zero));
-    cr_assert_eq(zm__big_shl(&zero, 100000), 0);
-    cr_assert(zm__big_is_zero(&zero));
+    zm_big zero;
+    zm_big_set_u64(&zero, 0);
+    cr_assert_eq(zm_big_mul_pow10(&zero, 500), 0);
+    cr_assert(zm_big_is_zero(&zero));
+    cr_assert_eq(zm_big_shl(&zero, 100000), 0);
+    cr_assert(zm_big_is_zero(&zero));
 }
 
 Test(bignum, divmod_recovers_quotient_and_remainder)
@@ -1908,7 +1908,7 @@ Test(bignum, divmod_recovers_quotient_and_remainder)
      * random q, b, r and ask divmod for them back. */
     uint64_t state = 2;
     for (int i = 0; i < 20000; i++) {
-        zm__big b, q, r, a;
+        zm_big b, q, r, a;
         size_t b_len = 1 + random_below(&state, 40);
         size_t q_len = random_below(&state, 40);
         random_big(&state, b_len, &b);
@@ -1917,57 +1917,57 @@ Test(bignum, divmod_recovers_quotient_and_remainder)
         if (random_below(&state, 2) == 0) {
             random_big(&state, random_below(&state, b_len), &r);
         } else {
-            zm__big less;
+            zm_big less;
             random_big(&state, random_below(&state, b_len), &less);
-            cr_assert_eq(zm__big_add_u64(&less, 1), 0);
+            cr_assert_eq(zm_big_add_u64(&less, 1), 0);
             r = b;
-            if (zm__big_sub(&r, &less) != 0)
-                zm__big_set_u64(&r, 0);
+            if (zm_big_sub(&r, &less) != 0)
+                zm_big_set_u64(&r, 0);
         }
         big_product(&q, &b, &a);
-        cr_assert_eq(zm__big_add(&a, &r), 0);
+        cr_assert_eq(zm_big_add(&a, &r), 0);
 
-        zm__big got_q, got_r;
-        cr_assert_eq(zm__big_divmod(&a, &b, &got_q, &got_r), 0);
-        cr_assert_eq(zm__big_cmp(&got_q, &q), 0, "quotient, case %d (b %zu limbs, q %zu limbs)", i,
+        zm_big got_q, got_r;
+        cr_assert_eq(zm_big_divmod(&a, &b, &got_q, &got_r), 0);
+        cr_assert_eq(zm_big_cmp(&got_q, &q), 0, "quotient, case %d (b %zu limbs, q %zu limbs)", i,
                      b_len, q_len);
-        cr_assert_eq(zm__big_cmp(&got_r, &r), 0, "remainder, case %d", i);
+        cr_assert_eq(zm_big_cmp(&got_r, &r), 0, "remainder, case %d", i);
 
         /* Either output may be left out. */
-        zm__big only_q, only_r;
-        cr_assert_eq(zm__big_divmod(&a, &b, &only_q, NULL), 0);
-        cr_assert_eq(zm__big_divmod(&a, &b, NULL, &only_r), 0);
-        cr_assert_eq(zm__big_cmp(&only_q, &q), 0);
-        cr_assert_eq(zm__big_cmp(&only_r, &r), 0);
+        zm_big only_q, only_r;
+        cr_assert_eq(zm_big_divmod(&a, &b, &only_q, NULL), 0);
+        cr_assert_eq(zm_big_divmod(&a, &b, NULL, &only_r), 0);
+        cr_assert_eq(zm_big_cmp(&only_q, &q), 0);
+        cr_assert_eq(zm_big_cmp(&only_r, &r), 0);
     }
 }
 
 Test(bignum, refusals)
 {
-    zm__big a, zero, q, r;
-    zm__big_set_u64(&a, 5);
-    zm__big_set_u64(&zero, 0);
-    cr_assert_eq(zm__big_divmod(&a, &zero, &q, &r), -EDOM);
+    zm_big a, zero, q, r;
+    zm_big_set_u64(&a, 5);
+    zm_big_set_u64(&zero, 0);
+    cr_assert_eq(zm_big_divmod(&a, &zero, &q, &r), -EDOM);
 
-    zm__big b = a;
-    zm__big_set_u64(&b, 6);
-    zm__big kept = a;
-    cr_assert_eq(zm__big_sub(&kept, &b), -EDOM);
-    cr_assert_eq(zm__big_cmp(&kept, &a), 0, "a failed subtraction leaves a untouched");
+    zm_big b = a;
+    zm_big_set_u64(&b, 6);
+    zm_big kept = a;
+    cr_assert_eq(zm_big_sub(&kept, &b), -EDOM);
+    cr_assert_eq(zm_big_cmp(&kept, &a), 0, "a failed subtraction leaves a untouched");
 
     /* Past the capacity: an error, never a write out of bounds. */
-    zm__big one;
-    zm__big_set_u64(&one, 1);
-    cr_assert_eq(zm__big_shl(&one, ZM__BIG_LIMBS * 32), -ERANGE);
-    zm__big_set_u64(&one, 1);
-    cr_assert_eq(zm__big_shl(&one, ZM__BIG_LIMBS * 32 - 1), 0);
-    cr_assert_eq(zm__big_bit_length(&one), ZM__BIG_LIMBS * 32);
-    cr_assert_eq(zm__big_mul_u64(&one, 2), -ERANGE);
-    zm__big_set_u64(&one, 1);
-    cr_assert_eq(zm__big_shl(&one, ZM__BIG_LIMBS * 32 - 1), 0);
-    cr_assert_eq(zm__big_add(&one, &one), -ERANGE);
-    zm__big_set_u64(&one, 1);
-    cr_assert_eq(zm__big_mul_pow10(&one, 2000), -ERANGE);
+    zm_big one;
+    zm_big_set_u64(&one, 1);
+    cr_assert_eq(zm_big_shl(&one, ZM_BIG_LIMBS * 32), -ERANGE);
+    zm_big_set_u64(&one, 1);
+    cr_assert_eq(zm_big_shl(&one, ZM_BIG_LIMBS * 32 - 1), 0);
+    cr_assert_eq(zm_big_bit_length(&one), ZM_BIG_LIMBS * 32);
+    cr_assert_eq(zm_big_mul_u64(&one, 2), -ERANGE);
+    zm_big_set_u64(&one, 1);
+    cr_assert_eq(zm_big_shl(&one, ZM_BIG_LIMBS * 32 - 1), 0);
+    cr_assert_eq(zm_big_add(&one, &one), -ERANGE);
+    zm_big_set_u64(&one, 1);
+    cr_assert_eq(zm_big_mul_pow10(&one, 2000), -ERANGE);
 }
 
 /* ---- zm_shortest_decimal -------------------------------------------------- */

@@ -1,7 +1,7 @@
 /* Size from a share, and the exact decimal <-> binary64 conversions it rests
  * on (spec: "Size from a share").
  *
- * Everything here is exact integer arithmetic on zm__big: a share's size is
+ * Everything here is exact integer arithmetic on zm_big: a share's size is
  * computed from the rational its decimal text names, never from a binary64
  * product, and the two conversions between decimal text and binary64 are
  * derived from the exact values rather than borrowed from the C library, so
@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "text/bignum.h"
+#include "zarrmount/text.h"
 #include "zarrmount/select.h"
 
 /* The longest share text accepted, in characters. */
@@ -126,9 +126,9 @@ static bool parse_decimal(const char *text, zm__decimal *d)
 
 /* a = the integer written by the first count significant digits of d. Nine
  * digits at a time, since 10^9 fits one limb. */
-static int significant_digits_to_big(const zm__decimal *d, uint64_t count, zm__big *a)
+static int significant_digits_to_big(const zm__decimal *d, uint64_t count, zm_big *a)
 {
-    zm__big_set_u64(a, 0);
+    zm_big_set_u64(a, 0);
     uint32_t chunk = 0;
     unsigned chunk_digits = 0;
     for (const char *p = d->first; count > 0 && p < d->end; p++) {
@@ -138,9 +138,9 @@ static int significant_digits_to_big(const zm__decimal *d, uint64_t count, zm__b
         chunk_digits++;
         count--;
         if (chunk_digits == 9 || count == 0) {
-            int rc = zm__big_mul_pow10(a, chunk_digits);
+            int rc = zm_big_mul_pow10(a, chunk_digits);
             if (rc == 0)
-                rc = zm__big_add_u64(a, chunk);
+                rc = zm_big_add_u64(a, chunk);
             if (rc != 0)
                 return rc;
             chunk = 0;
@@ -177,24 +177,24 @@ static const char *kind_name(zm_share_kind kind)
  * exceeds n because P ≤ Q. */
 static int exact_size(const zm__decimal *d, uint64_t n, uint64_t *k)
 {
-    zm__big numerator, q, two_q, quotient;
+    zm_big numerator, q, two_q, quotient;
     int rc = significant_digits_to_big(d, d->digits, &numerator);
-    zm__big_set_u64(&q, 1);
+    zm_big_set_u64(&q, 1);
     if (rc == 0)
-        rc = zm__big_mul_pow10(&q, (unsigned)-d->exponent);
+        rc = zm_big_mul_pow10(&q, (unsigned)-d->exponent);
     if (rc == 0)
-        rc = zm__big_mul_u64(&numerator, n);
+        rc = zm_big_mul_u64(&numerator, n);
     if (rc == 0)
-        rc = zm__big_shl(&numerator, 1);
+        rc = zm_big_shl(&numerator, 1);
     if (rc == 0)
-        rc = zm__big_add(&numerator, &q);
+        rc = zm_big_add(&numerator, &q);
     two_q = q;
     if (rc == 0)
-        rc = zm__big_shl(&two_q, 1);
+        rc = zm_big_shl(&two_q, 1);
     if (rc == 0)
-        rc = zm__big_divmod(&numerator, &two_q, &quotient, NULL);
+        rc = zm_big_divmod(&numerator, &two_q, &quotient, NULL);
     if (rc == 0)
-        rc = zm__big_to_u64(&quotient, k);
+        rc = zm_big_to_u64(&quotient, k);
     return rc;
 }
 
@@ -273,20 +273,20 @@ static int decimal_bits(const zm__decimal *d, uint64_t *out)
 {
     uint64_t kept = d->digits < ZM__BINARY64_DIGITS_KEPT ? d->digits : ZM__BINARY64_DIGITS_KEPT;
     int64_t exponent = d->exponent + (int64_t)(d->digits - kept);
-    zm__big num, den, quotient, remainder;
+    zm_big num, den, quotient, remainder;
     int rc = significant_digits_to_big(d, kept, &num);
     if (rc == 0 && kept < d->digits) {
         /* The cut digits end in a non-zero one (d's last digit is), so they
          * stand for a value strictly between the cut number and the next. */
-        rc = zm__big_mul_u64(&num, 10);
+        rc = zm_big_mul_u64(&num, 10);
         if (rc == 0)
-            rc = zm__big_add_u64(&num, 1);
+            rc = zm_big_add_u64(&num, 1);
         exponent--;
     }
-    zm__big_set_u64(&den, 1);
+    zm_big_set_u64(&den, 1);
     if (rc == 0)
-        rc = exponent >= 0 ? zm__big_mul_pow10(&num, (unsigned)exponent)
-                           : zm__big_mul_pow10(&den, (unsigned)-exponent);
+        rc = exponent >= 0 ? zm_big_mul_pow10(&num, (unsigned)exponent)
+                           : zm_big_mul_pow10(&den, (unsigned)-exponent);
     if (rc != 0)
         return rc;
 
@@ -294,17 +294,17 @@ static int decimal_bits(const zm__decimal *d, uint64_t *out)
      * b − 55 puts it in (2^54, 2^56), so the quotient holds the 53
      * significand bits, the rounding bit and more, and the remainder says
      * whether anything lies below. */
-    int b = (int)zm__big_bit_length(&num) - (int)zm__big_bit_length(&den);
+    int b = (int)zm_big_bit_length(&num) - (int)zm_big_bit_length(&den);
     int s = b - 55;
-    rc = s < 0 ? zm__big_shl(&num, (unsigned)-s) : zm__big_shl(&den, (unsigned)s);
+    rc = s < 0 ? zm_big_shl(&num, (unsigned)-s) : zm_big_shl(&den, (unsigned)s);
     if (rc == 0)
-        rc = zm__big_divmod(&num, &den, &quotient, &remainder);
+        rc = zm_big_divmod(&num, &den, &quotient, &remainder);
     uint64_t q;
     if (rc == 0)
-        rc = zm__big_to_u64(&quotient, &q);
+        rc = zm_big_to_u64(&quotient, &q);
     if (rc != 0)
         return rc;
-    bool sticky = !zm__big_is_zero(&remainder);
+    bool sticky = !zm_big_is_zero(&remainder);
 
     /* value = (q + fraction)·2^s. The result's unit in the last place is
      * 2^u: 52 places below the leading bit, but never below 2^−1074 (the

@@ -1,17 +1,17 @@
-/* A small fixed-capacity unsigned big integer (see bignum.h). */
-#include "text/bignum.h"
+/* A small fixed-capacity unsigned big integer (see zarrmount/text.h). */
+#include "zarrmount/text.h"
 
 #include <errno.h>
 #include <string.h>
 
 /* Drops leading zero limbs so that len names the top non-zero limb. */
-static void normalise(zm__big *a)
+static void normalise(zm_big *a)
 {
     while (a->len > 0 && a->limb[a->len - 1] == 0)
         a->len--;
 }
 
-void zm__big_set_u64(zm__big *a, uint64_t v)
+void zm_big_set_u64(zm_big *a, uint64_t v)
 {
     a->limb[0] = (uint32_t)v;
     a->limb[1] = (uint32_t)(v >> 32);
@@ -19,7 +19,7 @@ void zm__big_set_u64(zm__big *a, uint64_t v)
     normalise(a);
 }
 
-int zm__big_to_u64(const zm__big *a, uint64_t *v)
+int zm_big_to_u64(const zm_big *a, uint64_t *v)
 {
     if (a->len > 2)
         return -ERANGE;
@@ -30,9 +30,9 @@ int zm__big_to_u64(const zm__big *a, uint64_t *v)
     return 0;
 }
 
-bool zm__big_is_zero(const zm__big *a) { return a->len == 0; }
+bool zm_big_is_zero(const zm_big *a) { return a->len == 0; }
 
-size_t zm__big_bit_length(const zm__big *a)
+size_t zm_big_bit_length(const zm_big *a)
 {
     if (a->len == 0)
         return 0;
@@ -45,7 +45,7 @@ size_t zm__big_bit_length(const zm__big *a)
     return (a->len - 1) * 32 + bits;
 }
 
-int zm__big_cmp(const zm__big *a, const zm__big *b)
+int zm_big_cmp(const zm_big *a, const zm_big *b)
 {
     if (a->len != b->len)
         return a->len < b->len ? -1 : 1;
@@ -56,7 +56,7 @@ int zm__big_cmp(const zm__big *a, const zm__big *b)
 }
 
 /* a = a · m for one limb m: the building block of the multiplications. */
-static int mul_u32(zm__big *a, uint32_t m)
+static int mul_u32(zm_big *a, uint32_t m)
 {
     uint64_t carry = 0;
     for (size_t i = 0; i < a->len; i++) {
@@ -65,7 +65,7 @@ static int mul_u32(zm__big *a, uint32_t m)
         carry = product >> 32;
     }
     if (carry != 0) {
-        if (a->len == ZM__BIG_LIMBS)
+        if (a->len == ZM_BIG_LIMBS)
             return -ERANGE;
         a->limb[a->len++] = (uint32_t)carry;
     }
@@ -73,30 +73,30 @@ static int mul_u32(zm__big *a, uint32_t m)
     return 0;
 }
 
-int zm__big_mul_u64(zm__big *a, uint64_t m)
+int zm_big_mul_u64(zm_big *a, uint64_t m)
 {
     if ((m >> 32) == 0)
         return mul_u32(a, (uint32_t)m);
     /* a · m = a · lo + (a · hi) · 2^32: two one-limb products and a sum. */
-    zm__big high = *a;
+    zm_big high = *a;
     int rc = mul_u32(&high, (uint32_t)(m >> 32));
     if (rc == 0)
-        rc = zm__big_shl(&high, 32);
+        rc = zm_big_shl(&high, 32);
     if (rc == 0)
         rc = mul_u32(a, (uint32_t)m);
     if (rc == 0)
-        rc = zm__big_add(a, &high);
+        rc = zm_big_add(a, &high);
     return rc;
 }
 
-int zm__big_add_u64(zm__big *a, uint64_t v)
+int zm_big_add_u64(zm_big *a, uint64_t v)
 {
-    zm__big b;
-    zm__big_set_u64(&b, v);
-    return zm__big_add(a, &b);
+    zm_big b;
+    zm_big_set_u64(&b, v);
+    return zm_big_add(a, &b);
 }
 
-int zm__big_mul_pow10(zm__big *a, unsigned e)
+int zm_big_mul_pow10(zm_big *a, unsigned e)
 {
     /* 10^9 is the largest power of ten in one limb, so nine digits a pass. */
     static const uint32_t pow10[10] = {1,      10,      100,      1000,      10000,
@@ -112,18 +112,18 @@ int zm__big_mul_pow10(zm__big *a, unsigned e)
     return e == 0 ? 0 : mul_u32(a, pow10[e]);
 }
 
-int zm__big_shl(zm__big *a, unsigned e)
+int zm_big_shl(zm_big *a, unsigned e)
 {
     if (a->len == 0)
         return 0;
     size_t limbs = e / 32;
     unsigned bits = e % 32;
     /* One limb more than the shifted length holds the bits pushed out of the top. */
-    if (limbs >= ZM__BIG_LIMBS || a->len + limbs > ZM__BIG_LIMBS)
+    if (limbs >= ZM_BIG_LIMBS || a->len + limbs > ZM_BIG_LIMBS)
         return -ERANGE;
     size_t len = a->len + limbs;
     uint32_t spill = bits == 0 ? 0 : a->limb[a->len - 1] >> (32 - bits);
-    if (spill != 0 && len == ZM__BIG_LIMBS)
+    if (spill != 0 && len == ZM_BIG_LIMBS)
         return -ERANGE;
     if (spill != 0)
         a->limb[len] = spill;
@@ -136,7 +136,7 @@ int zm__big_shl(zm__big *a, unsigned e)
     return 0;
 }
 
-int zm__big_add(zm__big *a, const zm__big *b)
+int zm_big_add(zm_big *a, const zm_big *b)
 {
     size_t len = a->len > b->len ? a->len : b->len;
     uint64_t carry = 0;
@@ -151,16 +151,16 @@ int zm__big_add(zm__big *a, const zm__big *b)
     }
     a->len = len;
     if (carry != 0) {
-        if (len == ZM__BIG_LIMBS)
+        if (len == ZM_BIG_LIMBS)
             return -ERANGE;
         a->limb[a->len++] = (uint32_t)carry;
     }
     return 0;
 }
 
-int zm__big_sub(zm__big *a, const zm__big *b)
+int zm_big_sub(zm_big *a, const zm_big *b)
 {
-    if (zm__big_cmp(a, b) < 0)
+    if (zm_big_cmp(a, b) < 0)
         return -EDOM;
     uint32_t borrow = 0;
     for (size_t i = 0; i < a->len; i++) {
@@ -173,10 +173,10 @@ int zm__big_sub(zm__big *a, const zm__big *b)
 }
 
 /* Division by a one-limb divisor: the schoolbook short division. */
-static void divmod_u32(const zm__big *a, uint32_t d, zm__big *q, zm__big *r)
+static void divmod_u32(const zm_big *a, uint32_t d, zm_big *q, zm_big *r)
 {
     uint64_t rest = 0;
-    zm__big quotient = {0};
+    zm_big quotient = {0};
     quotient.len = a->len;
     for (size_t i = a->len; i-- > 0;) {
         uint64_t part = (rest << 32) | a->limb[i];
@@ -187,7 +187,7 @@ static void divmod_u32(const zm__big *a, uint32_t d, zm__big *q, zm__big *r)
     if (q != NULL)
         *q = quotient;
     if (r != NULL)
-        zm__big_set_u64(r, rest);
+        zm_big_set_u64(r, rest);
 }
 
 static unsigned leading_zeros32(uint32_t x)
@@ -200,11 +200,11 @@ static unsigned leading_zeros32(uint32_t x)
     return n;
 }
 
-int zm__big_divmod(const zm__big *a, const zm__big *b, zm__big *q, zm__big *r)
+int zm_big_divmod(const zm_big *a, const zm_big *b, zm_big *q, zm_big *r)
 {
     if (b->len == 0)
         return -EDOM;
-    if (zm__big_cmp(a, b) < 0) {
+    if (zm_big_cmp(a, b) < 0) {
         if (r != NULL)
             *r = *a;
         if (q != NULL)
@@ -221,15 +221,15 @@ int zm__big_divmod(const zm__big *a, const zm__big *b, zm__big *q, zm__big *r)
      * set, which makes each estimated quotient limb at most two too large. */
     const size_t n = b->len, m = a->len;
     const unsigned shift = leading_zeros32(b->limb[n - 1]);
-    uint32_t v[ZM__BIG_LIMBS];
-    uint32_t u[ZM__BIG_LIMBS + 1];
+    uint32_t v[ZM_BIG_LIMBS];
+    uint32_t u[ZM_BIG_LIMBS + 1];
     for (size_t i = n; i-- > 0;)
         v[i] = (b->limb[i] << shift) | (shift == 0 || i == 0 ? 0 : b->limb[i - 1] >> (32 - shift));
     u[m] = shift == 0 ? 0 : a->limb[m - 1] >> (32 - shift);
     for (size_t i = m; i-- > 0;)
         u[i] = (a->limb[i] << shift) | (shift == 0 || i == 0 ? 0 : a->limb[i - 1] >> (32 - shift));
 
-    zm__big quotient = {0};
+    zm_big quotient = {0};
     quotient.len = m - n + 1;
     const uint64_t base = 1ull << 32;
     for (size_t j = m - n + 1; j-- > 0;) {

@@ -1,7 +1,7 @@
 /* The shortest round-trip decimal of a binary64 number (spec: "Size from a
  * share"; see zarrmount/text.h).
  *
- * Exact integer arithmetic on zm__big, derived from the exact value rather
+ * Exact integer arithmetic on zm_big, derived from the exact value rather
  * than borrowed from the C library, so that the same number gives the same
  * text on every machine and every libc: a share's text (select) and a
  * number in a Zarr document (zarr) are written by this one function.
@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "text/bignum.h"
+#include "zarrmount/text.h"
 #include "zarrmount/text.h"
 
 /* floor(log2 v) + 1 for v > 0. */
@@ -47,21 +47,21 @@ static const uint64_t pow10_u64[18] = {
 };
 
 /* num / den = m · 2^e / 10^t exactly. */
-static int scaled(uint64_t m, int e, int t, zm__big *num, zm__big *den)
+static int scaled(uint64_t m, int e, int t, zm_big *num, zm_big *den)
 {
-    zm__big_set_u64(num, m);
-    zm__big_set_u64(den, 1);
-    int rc = e >= 0 ? zm__big_shl(num, (unsigned)e) : zm__big_shl(den, (unsigned)-e);
+    zm_big_set_u64(num, m);
+    zm_big_set_u64(den, 1);
+    int rc = e >= 0 ? zm_big_shl(num, (unsigned)e) : zm_big_shl(den, (unsigned)-e);
     if (rc == 0)
-        rc = t >= 0 ? zm__big_mul_pow10(den, (unsigned)t) : zm__big_mul_pow10(num, (unsigned)-t);
+        rc = t >= 0 ? zm_big_mul_pow10(den, (unsigned)t) : zm_big_mul_pow10(num, (unsigned)-t);
     return rc;
 }
 
 /* The 17 leading decimal digits of x = m · 2^e: *q = floor(x / 10^t) with
  * t = leading − 16, so 10^16 ≤ q < 10^17, *leading the exponent of x's
  * first digit, and num / den = x / 10^t with remainder r = num − q·den. */
-static int seventeen_digits(uint64_t m, int e, uint64_t *q, int *leading, zm__big *num,
-                            zm__big *den, zm__big *r)
+static int seventeen_digits(uint64_t m, int e, uint64_t *q, int *leading, zm_big *num,
+                            zm_big *den, zm_big *r)
 {
     /* 2^b ≤ x < 2^(b+1) puts x's first digit at floor(b·log10 2) or one
      * above; 30103/100000 is close enough that the estimate is off by at most
@@ -70,14 +70,14 @@ static int seventeen_digits(uint64_t m, int e, uint64_t *q, int *leading, zm__bi
     int64_t scaled_b = (int64_t)b * 30103;
     int estimate = (int)(scaled_b >= 0 ? scaled_b / 100000 : -((-scaled_b + 99999) / 100000));
     for (int attempt = 0; attempt < 4; attempt++) {
-        zm__big quotient;
+        zm_big quotient;
         int rc = scaled(m, e, estimate - 16, num, den);
         if (rc == 0)
-            rc = zm__big_divmod(num, den, &quotient, r);
+            rc = zm_big_divmod(num, den, &quotient, r);
         if (rc != 0)
             return rc;
         uint64_t value;
-        if (zm__big_to_u64(&quotient, &value) != 0 || value >= pow10_u64[17]) {
+        if (zm_big_to_u64(&quotient, &value) != 0 || value >= pow10_u64[17]) {
             estimate++;
         } else if (value < pow10_u64[16]) {
             estimate--;
@@ -95,14 +95,14 @@ static int seventeen_digits(uint64_t m, int e, uint64_t *q, int *leading, zm__bi
  * 2^(e−j)/10^t = (num/den) / (m·2^j), that is distance · m · 2^j ≤ num,
  * with equality allowed only when m is even (a midpoint reads back as the
  * even significand). */
-static int within_interval(const zm__big *distance, uint64_t m, unsigned j, const zm__big *num,
+static int within_interval(const zm_big *distance, uint64_t m, unsigned j, const zm_big *num,
                            bool *inside)
 {
-    zm__big scaled_distance = *distance;
-    int rc = zm__big_mul_u64(&scaled_distance, m << j);
+    zm_big scaled_distance = *distance;
+    int rc = zm_big_mul_u64(&scaled_distance, m << j);
     if (rc != 0)
         return rc;
-    int cmp = zm__big_cmp(&scaled_distance, num);
+    int cmp = zm_big_cmp(&scaled_distance, num);
     *inside = cmp < 0 || (cmp == 0 && m % 2 == 0);
     return 0;
 }
@@ -114,7 +114,7 @@ static int within_interval(const zm__big *distance, uint64_t m, unsigned j, cons
 static int shortest_digits(uint64_t m, int e, unsigned below_half_gap_shift, uint64_t *digits,
                            int *count, int *leading)
 {
-    zm__big num, den, r;
+    zm_big num, den, r;
     uint64_t q = 0;
     int first = 0;
     int rc = seventeen_digits(m, e, &q, &first, &num, &den, &r);
@@ -128,22 +128,22 @@ static int shortest_digits(uint64_t m, int e, unsigned below_half_gap_shift, uin
          * that. */
         unsigned s = 17 - (unsigned)p;
         uint64_t low = q / pow10_u64[s];
-        zm__big below = den, grid = den;
-        rc = zm__big_mul_u64(&below, q % pow10_u64[s]);
+        zm_big below = den, grid = den;
+        rc = zm_big_mul_u64(&below, q % pow10_u64[s]);
         if (rc == 0)
-            rc = zm__big_add(&below, &r);
+            rc = zm_big_add(&below, &r);
         if (rc == 0)
-            rc = zm__big_mul_u64(&grid, pow10_u64[s]);
+            rc = zm_big_mul_u64(&grid, pow10_u64[s]);
         if (rc != 0)
             return rc;
 
         uint64_t chosen;
-        if (zm__big_is_zero(&below)) {
+        if (zm_big_is_zero(&below)) {
             chosen = low; /* x itself has p digits */
         } else {
-            zm__big above = grid;
+            zm_big above = grid;
             bool low_inside, high_inside;
-            rc = zm__big_sub(&above, &below);
+            rc = zm_big_sub(&above, &below);
             if (rc == 0)
                 rc = within_interval(&below, m, below_half_gap_shift, &num, &low_inside);
             if (rc == 0)
@@ -154,11 +154,11 @@ static int shortest_digits(uint64_t m, int e, unsigned below_half_gap_shift, uin
                 continue;
             if (low_inside && high_inside) {
                 /* Both read back as x: the nearer, the even one on a tie. */
-                zm__big twice_below = below;
-                rc = zm__big_shl(&twice_below, 1);
+                zm_big twice_below = below;
+                rc = zm_big_shl(&twice_below, 1);
                 if (rc != 0)
                     return rc;
-                int cmp = zm__big_cmp(&twice_below, &grid);
+                int cmp = zm_big_cmp(&twice_below, &grid);
                 chosen = cmp < 0 ? low : cmp > 0 ? low + 1 : low + (low % 2);
             } else {
                 chosen = low_inside ? low : low + 1;
@@ -260,7 +260,7 @@ int zm_shortest_decimal(double x, char *buf, size_t cap)
         uint64_t digits;
         int count, leading;
         if (shortest_digits(m, e, below_half_gap_shift, &digits, &count, &leading) != 0)
-            return -ERANGE; /* the bounds in bignum.h make this unreachable */
+            return -ERANGE; /* the bounds in zarrmount/text.h make this unreachable */
         len = format_repr(negative, digits, count, leading, text);
     }
     if ((size_t)len + 1 > cap) {
