@@ -1,0 +1,67 @@
+/* Internal to the view module: the view's and a sparse layout's structs, and
+ * the functions its files call across each other: view.c (the view, its
+ * cells and their lookups), sparse.c (a sparse matrix's layout) and store.c
+ * (the store's nodes). */
+#ifndef ZARRMOUNT_VIEW_INTERNAL_H
+#define ZARRMOUNT_VIEW_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zarrmount/view.h"
+
+struct zm_view_sparse {
+    const zm_element *element;
+    int major_is_cell, minor_is_cell;
+    uint64_t majors;          /* view majors (rows of CSR, columns of CSC) */
+    int64_t *indptr;          /* view pointers, majors + 1 */
+    /* Where each major's entries lie in the source: the source's pointers
+     * (source majors + 1), or, for a subsample's cells as majors, each view
+     * major's first entry (source_start) and, when its cells are the minors
+     * too, its end (source_end): 8 or 16 bytes a kept cell, not 8 a source
+     * cell. */
+    int64_t *source_indptr;
+    int64_t *source_start, *source_end;
+};
+
+/* What another layer keeps for a view (view.c). */
+struct attachment;
+
+struct zm_view {
+    zm_source *source;
+    zm_view_spec spec;
+    uint64_t chunk_bytes;
+    uint64_t rows;       /* cells in the view */
+    uint32_t *order;     /* view row → source row */
+    int identity;        /* order is 0, 1, 2, ... */
+    char digest[17];
+    zm_store_node *root;
+    pthread_mutex_t mutex;
+    uint32_t *inverse;   /* source row → view row or ZM_VIEW_NOT_KEPT, made when first needed */
+    /* A subsample's cells in source order, each source row << by_source_bits
+     * | view row: 8 bytes a kept cell where the inverse map takes 4 a source
+     * cell; made when first needed, for views of at most half the source. */
+    uint64_t *by_source;
+    unsigned by_source_bits;
+    zm_view_sparse **sparses;
+    size_t sparse_count;
+    struct attachment *attachments; /* added under mutex, read without it */
+};
+
+/* In view.c: an array of a few bytes a cell, in huge pages where it is big
+ * (freed with free()); the view's cells by source row; every group's children
+ * ordered by name, which zm_view_child searches. */
+void *zm__big_alloc(size_t bytes);
+const uint64_t *zm__cells_by_source(zm_view *view, unsigned *bits, uint64_t **owned, zm_err *err);
+int zm__index_store(zm_store_node *node);
+
+/* In sparse.c: a sparse matrix laid out in the view (kept in view->sparses). */
+int zm__sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **out, zm_err *err);
+void zm__sparse_free(zm_view_sparse *s);
+
+/* In store.c: the store's nodes from the source's elements (view->root). */
+int zm__build_store(zm_view *view, zm_err *err);
+void zm__node_free(zm_store_node *node);
+
+#endif
