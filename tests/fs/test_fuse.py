@@ -845,6 +845,10 @@ def test_passthrough():
     mount = Mount("-o", f"cache_dir={cache},passthrough=on")
     if not check("passthrough=on: mounts", mount.mounted, mount.log()):
         return
+    # The daemon says what the kernel answered once INIT is answered: the
+    # mount can be in use an instant before the line is written.
+    said = ("passthrough: files the disk cache holds", "no FUSE passthrough", "passthrough=on needs root")
+    wait_until(lambda: any(line in mount.log() for line in said))
     log = mount.log()
     if "no FUSE passthrough" in log:
         check("passthrough # SKIP this kernel has no FUSE passthrough (Linux 6.9+)", True)
