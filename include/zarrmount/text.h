@@ -58,6 +58,9 @@ bool zm_big_is_zero(const zm_big *a);
 /* The number of bits of a: 0 for zero, else floor(log2 a) + 1. */
 size_t zm_big_bit_length(const zm_big *a);
 
+/* floor(log2 v) + 1 for v > 0 (0 for 0). */
+int zm_bit_length_u64(uint64_t v);
+
 /* -1, 0 or 1 as a < b, a == b, a > b. */
 int zm_big_cmp(const zm_big *a, const zm_big *b);
 

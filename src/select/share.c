@@ -49,15 +49,6 @@ typedef struct zm__decimal {
 
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
-/* floor(log2 v) + 1 for v > 0. */
-static int bit_length_u64(uint64_t v)
-{
-    int bits = 0;
-    for (; v != 0; v >>= 1)
-        bits++;
-    return bits;
-}
-
 /* Parses the grammar sign? (digits ('.' digits?)? | '.' digits) ([eE] sign?
  * digits)? with nothing before or after; false when text does not match. */
 static bool parse_decimal(const char *text, zm__decimal *d)
@@ -309,7 +300,7 @@ static int decimal_bits(const zm__decimal *d, uint64_t *out)
     /* value = (q + fraction)·2^s. The result's unit in the last place is
      * 2^u: 52 places below the leading bit, but never below 2^−1074 (the
      * subnormals). Shift q so its lowest bit is the one half an ulp. */
-    int leading_bit = bit_length_u64(q) - 1 + s;
+    int leading_bit = zm_bit_length_u64(q) - 1 + s;
     int u = leading_bit - 52 > -1074 ? leading_bit - 52 : -1074;
     int shift = u - 1 - s;
     if (shift >= 64) {

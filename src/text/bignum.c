@@ -32,6 +32,14 @@ int zm_big_to_u64(const zm_big *a, uint64_t *v)
 
 bool zm_big_is_zero(const zm_big *a) { return a->len == 0; }
 
+int zm_bit_length_u64(uint64_t v)
+{
+    int bits = 0;
+    for (; v != 0; v >>= 1)
+        bits++;
+    return bits;
+}
+
 size_t zm_big_bit_length(const zm_big *a)
 {
     if (a->len == 0)

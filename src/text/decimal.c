@@ -12,16 +12,6 @@
 #include <string.h>
 
 #include "zarrmount/text.h"
-#include "zarrmount/text.h"
-
-/* floor(log2 v) + 1 for v > 0. */
-static int bit_length_u64(uint64_t v)
-{
-    int bits = 0;
-    for (; v != 0; v >>= 1)
-        bits++;
-    return bits;
-}
 
 /* ---- binary64 to shortest decimal ----------------------------------------- */
 
@@ -66,7 +56,7 @@ static int seventeen_digits(uint64_t m, int e, uint64_t *q, int *leading, zm_big
     /* 2^b ≤ x < 2^(b+1) puts x's first digit at floor(b·log10 2) or one
      * above; 30103/100000 is close enough that the estimate is off by at most
      * one, and the exact check below corrects it. */
-    int b = e + bit_length_u64(m) - 1;
+    int b = e + zm_bit_length_u64(m) - 1;
     int64_t scaled_b = (int64_t)b * 30103;
     int estimate = (int)(scaled_b >= 0 ? scaled_b / 100000 : -((-scaled_b + 99999) / 100000));
     for (int attempt = 0; attempt < 4; attempt++) {
