@@ -4,12 +4,19 @@
 Each TAP result line ("ok ..." / "not ok ...") of a test counts as one test;
 a test that printed no TAP counts once by its own result. Usage:
 count-tests.py BUILD_DIR_OR_TESTLOG_JSON...
+
+Before the counts it lists every failure (the test, its "not ok" line and
+the first lines of its diagnostics), so the tail of a CI log, often all
+that is kept, names what failed.
 """
 import json
 import re
 import sys
 
 TAP_LINE = re.compile(r"^(not ok|ok)\b(.*)$")
+
+
+FAILURES = []  # (build, test, line, diagnostics)
 
 
 def count(build_dir):
@@ -24,7 +31,16 @@ def count(build_dir):
         entry = json.loads(line)
         result = entry.get("result")
         output = entry.get("stdout") or entry.get("stdo") or ""
-        results = [TAP_LINE.match(l) for l in output.splitlines()]
+        output_lines = output.splitlines()
+        results = [TAP_LINE.match(l) for l in output_lines]
+        for at, r in enumerate(results):
+            if r and r.group(1) == "not ok":
+                notes = []
+                for l in output_lines[at + 1:at + 6]:
+                    if not l.startswith("#"):
+                        break
+                    notes.append(l[:200])
+                FAILURES.append((build_dir, entry.get("name", "?"), output_lines[at][:200], notes))
         results = [r for r in results if r]
         if results:
             for r in results:
@@ -38,12 +54,14 @@ def count(build_dir):
             # A crash after some results still fails the test as a whole.
             if result not in ("OK", "EXPECTEDFAIL", "SKIP") and all(r.group(1) == "ok" for r in results):
                 failed += 1
+                FAILURES.append((build_dir, entry.get("name", "?"), f"{result} after its last result", []))
         elif result in ("OK", "EXPECTEDFAIL"):
             passed += 1
         elif result == "SKIP":
             skipped += 1
         else:
             failed += 1
+            FAILURES.append((build_dir, entry.get("name", "?"), f"{result}", []))
     return passed, failed, skipped
 
 
@@ -53,6 +71,10 @@ def main():
         p, f, s = count(build_dir)
         print(f"{build_dir}: {p} passed, {f} failed, {s} skipped")
         passed, failed, skipped = passed + p, failed + f, skipped + s
+    for build, test, line, notes in FAILURES:
+        print(f"failed: {build} / {test}: {line}")
+        for note in notes:
+            print(f"    {note}")
     summary = f"{passed} passed, {failed} failed"
     if skipped:
         summary += f", {skipped} skipped"

@@ -668,6 +668,7 @@ int zm_disk_open(const char *directory, uint64_t max_bytes, zm_disk **out, zm_er
     zm__disk_walk_files(disk, count_file, &c);
     disk->bytes_held = c.bytes;
     disk->entries = c.entries;
+    zm__disk_shrink(disk);
     *out = disk;
     return 0;
 }

@@ -122,5 +122,9 @@ uint64_t zm__disk_header_hash(const struct disk_header *h, const char *space, co
  * bound; under put_lock. */
 int zm__disk_put_locked(zm_disk *disk, const char *space, const char *key, const void *bytes,
                         size_t size, zm_err *err);
+/* A cache found above its bound when opened (cache_max lowered since it
+ * was filled) evicts down to it at once, least recently used first, not
+ * only when a mount next writes. */
+void zm__disk_shrink(zm_disk *disk);
 
 #endif

@@ -192,6 +192,17 @@ static void evict_to(zm_disk *disk, uint64_t target)
     disk->evictions += removed;
 }
 
+void zm__disk_shrink(zm_disk *disk)
+{
+    pthread_mutex_lock(&disk->put_lock);
+    pthread_mutex_lock(&disk->lock);
+    int over = disk->bytes_held > disk->capacity;
+    pthread_mutex_unlock(&disk->lock);
+    if (over)
+        evict_to(disk, disk->capacity / 100 * EVICT_TO_PERCENT);
+    pthread_mutex_unlock(&disk->put_lock);
+}
+
 /* ---- Writing -------------------------------------------------------------------------- */
 
 int zm_disk_put(zm_disk *disk, const char *space, const char *key, const void *bytes, size_t size,
