@@ -26,7 +26,8 @@ def leftover_mounts(prefix="zm-bench-"):
 def mounted(binary, source, *options, cache=None):
     """Mounts SOURCE in the foreground on a fresh directory and yields (mount point, daemon pid);
     unmounts in every outcome (fusermount3 -u, then -u -z).  Every mount starts with an empty
-    disk cache of its own (a cold mount is cold), unless it is given one to share."""
+    disk cache of its own (a cold mount is cold), unless it is given one to share, or none at all
+    (cache="none": nothing is filed, so a count of what it reads is the reader's alone)."""
     point = tempfile.mkdtemp(prefix="zm-bench-")
     keep = cache is not None
     if cache is None:
