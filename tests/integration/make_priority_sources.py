@@ -49,7 +49,9 @@ level and k its prefix counts were made for):
 
 Deterministic: every random value from numpy's default_rng(BASE_SEED). The rank is the
 specification's, computed in numpy in uint32 arithmetic (fmix32 of p ^ seedKey(seed)).
-Only Debian's python3 (anndata 0.8, h5py, numpy, scipy, pandas).
+Only Debian's python3: written and read with anndata 0.8 where it is installed, else (Debian 13
+packages none) with h5ad_writer.py and readers.py, which write and read anndata 0.8's layout
+and subset as it does (then h5py rechunks X, and edits the records, either way).
 """
 import argparse
 import json
@@ -63,7 +65,9 @@ import pandas as pd
 import scipy.sparse as sp
 
 warnings.simplefilter("ignore")
-import anndata  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import h5ad_writer  # noqa: E402
+import readers  # noqa: E402
 
 BASE_SEED = 20
 N_CELLS, N_GENES, DENSITY = 3000, 200, 0.05
@@ -140,11 +144,13 @@ def make_base(n, genes, density, rng, fmt="csr"):
     # About 2% of cells have no cell type (a missing code: the last stratum).
     codes[rng.random(n) < 0.02] = -1
     cell_type = pd.Categorical.from_codes(codes, categories=CELL_TYPES)
+    donors = [f"donor-{d}" for d in range(5)]
     obs = pd.DataFrame({
         "cell_type": cell_type,
         "n_counts": np.asarray(X.sum(axis=1)).ravel().astype(np.float32),
-        "donor": np.array([f"donor-{d}" for d in rng.integers(0, 5, size=n)], dtype=object),
-        # Every value its own: anndata writes it as plain strings (donor becomes a categorical).
+        # A categorical as anndata's write_h5ad makes a string column with repeated values.
+        "donor": pd.Categorical.from_codes(rng.integers(0, 5, size=n), categories=donors),
+        # Every value its own: plain strings, as anndata writes them.
         "barcode": np.array([f"BC{i:06d}-{b}" for i, b in enumerate(rng.integers(0, 10**6, size=n))],
                             dtype=object),
     }, index=pd.Index([f"cell-{i:06d}" for i in range(n)]))
@@ -165,15 +171,15 @@ def make_base(n, genes, density, rng, fmt="csr"):
     if fmt == "csc":
         X = X.tocsc()
         X.sort_indices()
-    return anndata.AnnData(X=X, obs=obs, var=var, obsm={"X_umap": umap}, obsp={"connectivities": graph},
-                           uns={"title": "priority-ordered files test base"}, dtype=np.float32)
+    return readers.make(X=X, obs=obs, var=var, obsm={"X_umap": umap}, obsp={"connectivities": graph},
+                        uns={"title": "priority-ordered files test base"}, dtype=np.float32)
 
 
 def in_priority_order(adata, seed, levels=None):
     """The AnnData Cellucid writes from adata: its rows in seed's priority order, the record and
     the position column (obsp cut both ways by anndata's subsetting)."""
     order = priority_order(seed, adata.n_obs)
-    out = adata[order].copy()
+    out = readers.subset(adata, order)
     if sp.issparse(out.X) and out.X.format == "csc":
         out.X.sort_indices()
     out.obs["cellucid_original_position"] = order.astype(np.uint32)
@@ -258,7 +264,13 @@ def rechunk(path, element, chunks):
 
 
 def write(adata, path, csc=False, x_chunk=X_CHUNK, indptr_chunk=INDPTR_CHUNK):
-    adata.write_h5ad(path, compression="gzip")
+    """adata written gzip-compressed (anndata's write_h5ad, or h5ad_writer's without anndata),
+    then X rechunked."""
+    if readers.have_anndata():
+        adata.write_h5ad(path, compression="gzip")
+    else:
+        h5ad_writer.write_h5ad(path, X=adata.X, obs=adata.obs, var=adata.var, obsm=adata.obsm, varm=adata.varm,
+                               obsp=adata.obsp, uns=adata.uns, compression="gzip")
     entries = CSC_CHUNK if csc else x_chunk
     rechunk(path, "X", {"data": entries, "indices": entries, "indptr": indptr_chunk})
 
@@ -280,6 +292,10 @@ def set_record(path, **values):
 def set_counts(path, counts):
     with h5py.File(path, "r+") as f:
         f["varm/cellucid_prefix_counts"][...] = counts
+
+
+def read_h5ad(path):
+    return readers.anndata.read_h5ad(path) if readers.have_anndata() else readers.read_h5ad(path)
 
 
 def copy_file(src, dst):
@@ -376,13 +392,13 @@ def generate(out, cells=N_CELLS, genes=N_GENES, only=None, x_chunk=X_CHUNK, indp
         copy_file(seven, path)
         set_record(path, seed=np.int64(3))
     if wanted("bad-subset"):
-        adata = anndata.read_h5ad(seven)
-        subset = adata[(adata.obs["cell_type"] != "NK").to_numpy()].copy()
+        adata = read_h5ad(seven)
+        subset = readers.subset(adata, np.flatnonzero((adata.obs["cell_type"] != "NK").to_numpy()))
         path = record("bad-subset", kind="unverified", verified=False, nObs=subset.n_obs, why="a subset")
         write(subset, path, **chunking)
     if wanted("bad-prefix-renumbered"):
-        adata = anndata.read_h5ad(seven)
-        subset = adata[:PREFIX_SUBSET].copy()
+        adata = read_h5ad(seven)
+        subset = readers.subset(adata, np.arange(PREFIX_SUBSET))
         subset.uns["cellucid"]["priority"]["nObs"] = PREFIX_SUBSET
         path = record("bad-prefix-renumbered", kind="unverified", verified=False, nObs=PREFIX_SUBSET,
                       why="a prefix renumbered")

@@ -544,6 +544,8 @@ def chunk_values(path, meta):
         return e.errno
     if meta.get("compressor"):
         data = numcodecs.get_codec(meta["compressor"]).decode(data)
+    for spec in reversed(meta.get("filters") or []):
+        data = numcodecs.get_codec(spec).decode(data)
     return np.frombuffer(bytes(data), dtype=np.dtype(meta["dtype"]))
 
 
