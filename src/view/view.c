@@ -335,9 +335,12 @@ static int select_cells(zm_view *view, zm_err *err)
 /* Per-cell inputs of the kernel (strata codes, coordinates: by stored row)
  * put in original order through a priority-ordered file's permutation: the
  * value of original position p is that of stored row stored[p]. */
-static int to_original_order(const zm_priority *priority, void *values, size_t size, uint64_t n,
-                             zm_err *err)
+int zm_view_to_original_order(zm_source *source, void *values, size_t size, zm_err *err)
 {
+    const zm_priority *priority = zm_source_priority(source);
+    uint64_t n = zm_source_n_obs(source);
+    if (!priority->verified)
+        return 0;
     uint8_t *copy = malloc((n ? n : 1) * size);
     if (copy == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory ordering %" PRIu64 " cells", n);
@@ -376,8 +379,9 @@ int zm_view_request_make(zm_source *source, const zm_view_spec *spec, zm_view_re
         r->allocation = spec->allocation;
         r->minimum = spec->minimum;
         int rc = zm_view_field_strata(source, spec->field, &out->strata, err);
-        if (rc == 0 && priority->verified)
-            rc = to_original_order(priority, out->strata.codes, sizeof *out->strata.codes, n, err);
+        if (rc == 0)
+            rc = zm_view_to_original_order(source, out->strata.codes, sizeof *out->strata.codes,
+                                           err);
         if (rc != 0) {
             zm_view_request_free(out);
             return rc;
@@ -403,8 +407,8 @@ int zm_view_request_make(zm_source *source, const zm_view_spec *spec, zm_view_re
         r->dims = count;
         rc = zm_view_embedding_coords(source, spec->embedding, out->columns, count, &out->coords,
                                       err);
-        if (rc == 0 && priority->verified)
-            rc = to_original_order(priority, out->coords, count * sizeof *out->coords, n, err);
+        if (rc == 0)
+            rc = zm_view_to_original_order(source, out->coords, count * sizeof *out->coords, err);
         if (rc != 0) {
             zm_view_request_free(out);
             return rc;
