@@ -238,6 +238,16 @@ static int emit_key(void *context, const char *key)
     return emit_name(k->emit, k->context, key, ZM_NODE_DIRECTORY, 0);
 }
 
+/* The seed listings show: the file's own in a priority-ordered file (its
+ * uniform subsamples are the stored prefixes), else 0. */
+static int emit_default_seed(zm_tree *t, zm__tree_emit emit, void *context)
+{
+    const zm_priority *p = zm_source_priority(t->source);
+    char name[24];
+    snprintf(name, sizeof name, "seed%" PRIu32, p->verified ? p->seed : 0);
+    return emit_name(emit, context, name, ZM_NODE_DIRECTORY, 0);
+}
+
 static int list_target(zm_tree *t, const char *path, const target *target_in, zm__tree_emit emit,
                        void *context, zm_err *err)
 {
@@ -257,16 +267,16 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
         return zm_err_set(err, -ENOTDIR, "%s: a link, not a directory", path);
     case T_FIELD:
         if (tg.spec.kind == ZM_VIEW_STRATIFIED) {
-            static const char *const names[] = {"balanced", "proportional", "seed0"};
-            for (size_t i = 0; i < 3; i++)
+            static const char *const names[] = {"balanced", "proportional"};
+            for (size_t i = 0; i < 2; i++)
                 if ((rc = emit_name(emit, context, names[i], ZM_NODE_DIRECTORY, 0)) != 0)
                     return rc;
-            return 0;
+            return emit_default_seed(t, emit, context);
         }
         snprintf(name, sizeof name, "G=%d", ZM_DEFAULT_GRID_SIZE);
         if ((rc = emit_name(emit, context, name, ZM_NODE_DIRECTORY, 0)) != 0)
             return rc;
-        return emit_name(emit, context, "seed0", ZM_NODE_DIRECTORY, 0);
+        return emit_default_seed(t, emit, context);
     case T_ALLOC:
         return emit_name(emit, context, "min=0", ZM_NODE_DIRECTORY, 0);
     case T_GRID: {
@@ -283,7 +293,7 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
     }
     case T_MINIMUM:
     case T_COLUMNS:
-        return emit_name(emit, context, "seed0", ZM_NODE_DIRECTORY, 0);
+        return emit_default_seed(t, emit, context);
     case T_INFO_DIR:
         /* stats.json's size is known only when it is looked up (a new
          * snapshot): listed without one, so the kernel looks it up. */
@@ -305,9 +315,9 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
             if ((rc = emit_name(emit, context, name, ZM_NODE_DIRECTORY, 0)) != 0)
                 return rc;
         }
-        return emit_name(emit, context, "seed0", ZM_NODE_DIRECTORY, 0);
+        return emit_default_seed(t, emit, context);
     case T_BLOCK:
-        return emit_name(emit, context, "seed0", ZM_NODE_DIRECTORY, 0);
+        return emit_default_seed(t, emit, context);
     case T_SEED: {
         uint64_t sizes[24];
         size_t count;
