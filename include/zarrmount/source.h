@@ -300,6 +300,43 @@ typedef struct zm_block_size {
 
 int zm_source_default_block_size(zm_source *source, zm_block_size *out, zm_err *err);
 
+/* ---- Cellucid's priority order (spec: "Priority-ordered files") -------------------- *
+ *
+ * A file Cellucid writes stores its cells in the priority order of a seed,
+ * says so in uns/cellucid/priority and names each row's original position in
+ * obs/cellucid_original_position. The record is verified when the source
+ * opens (docs/sources.md says how); a verified file's cells are named by
+ * their original positions everywhere above this layer. One that does not
+ * verify is read as a file Cellucid did not write (each row its own
+ * position), never refused, with the reason kept. */
+typedef struct zm_priority {
+    int recorded;  /* the file has uns/cellucid/priority */
+    int verified;  /* and it verifies: the rows are seed's priority order */
+    uint32_t seed; /* verified: the file's seed */
+    uint64_t n;    /* cells */
+    /* Not verified: why (a record that does not verify, or a position
+     * column with no record); "" for a file with neither. */
+    char reason[ZM_REASON_MAX];
+    /* Verified: something of the record left unused, and why (prefix counts
+     * of a matrix that is not gene-major, ...), else "". */
+    char note[ZM_REASON_MAX];
+    const uint32_t *original; /* verified: each stored row's original position */
+    const uint32_t *stored;   /* verified: each original position's stored row */
+    /* Verified, with levels: the levels smallest first, the record's index
+     * of each, and the record's element (its values are these levels). */
+    uint64_t level_count;
+    const uint64_t *levels;
+    const uint64_t *level_columns;
+    const zm_element *levels_element;
+    /* Verified, a gene-major X with varm/cellucid_prefix_counts checked
+     * against X's pointers: gene g's stored values among the first levels[j]
+     * rows at prefix_counts[g * level_count + j]; else NULL. */
+    const uint32_t *prefix_counts;
+    uint64_t prefix_genes;
+} zm_priority;
+
+const zm_priority *zm_source_priority(const zm_source *source);
+
 /* ---- Counters ------------------------------------------------------------------------ */
 
 typedef struct zm_source_stats {

@@ -116,6 +116,13 @@ int zm__tree_read(zm_tree *tree, const char *path, uint64_t offset, size_t size,
 struct json_t;
 int zm__tree_explain(zm_tree *tree, const char *path, struct json_t **out, zm_err *err);
 
+/* What a source's Cellucid priority record comes to, as info.json, inspect
+ * and explain say it: {"verified": true, "seed": S[, "levels": L,
+ * "prefixCounts": true][, "note": why something is unused]} or
+ * {"verified": false, "reason": why} (a json_t *, NULL when out of memory). */
+struct zm_source;
+struct json_t *zm_tree_priority_json(const struct zm_source *source);
+
 /* What a live file (zm_node.live) is now, without taking a new snapshot:
  * the kernel asks for attributes between a lookup and the reads. Other
  * paths answer as zm__tree_lookup does. */

@@ -87,6 +87,12 @@ typedef struct zm_view_request {
 } zm_view_request;
 int zm_view_request_make(zm_source *source, const zm_view_spec *spec, zm_view_request *out,
                          zm_err *err);
+/* Per-cell values read by stored row (n of size bytes each) put in the
+ * order of original positions, which the kernel selects over: a no-op but
+ * for a priority-ordered file (zm_source_priority), whose permutation it
+ * applies. zm_view_request_make does it for the codes and coordinates it
+ * reads. */
+int zm_view_to_original_order(zm_source *source, void *values, size_t size, zm_err *err);
 void zm_view_request_free(zm_view_request *request);
 
 /* Where an array's chunks come from. */

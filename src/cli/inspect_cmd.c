@@ -8,6 +8,7 @@
 
 #include "zarrmount/cli.h"
 #include "zarrmount/source.h"
+#include "zarrmount/tree.h"
 
 static const char *kind_name(zm_element_kind kind)
 {
@@ -225,6 +226,9 @@ int zm_inspect_main(int argc, char **argv, FILE *out)
                                 json_pack("{s:I, s:s, s:s, s:s}", "blockSize", (json_int_t)block.block_size,
                                           "rule", block.rule, "element", block.element, "explanation",
                                           block.explanation));
+        json_t *priority = zm_tree_priority_json(source);
+        if (priority != NULL)
+            json_object_set_new(o, "priority", priority);
         json_t *list = json_array();
         for (size_t i = 0; i < skipped_count; i++)
             json_array_append_new(list, json_string(skipped[i]));
@@ -240,6 +244,14 @@ int zm_inspect_main(int argc, char **argv, FILE *out)
         if (rc == 0)
             fprintf(out, "default block size B0 = %" PRIu64 " (rule %s, from %s): %s\n",
                     block.block_size, block.rule, block.element, block.explanation);
+        const zm_priority *p = zm_source_priority(source);
+        if (p->verified)
+            fprintf(out, "priority: verified, the rows are seed %" PRIu32 "'s priority order%s%s%s\n",
+                    p->seed, p->prefix_counts ? " (a gene-major X with prefix counts)" : "",
+                    p->note[0] ? "; " : "", p->note);
+        else if (p->reason[0])
+            fprintf(out, "priority: not verified (%s): each row is its own original position\n",
+                    p->reason);
         for (size_t i = 0; i < skipped_count; i++)
             fprintf(out, "skipped %s\n", skipped[i]);
     }

@@ -356,9 +356,14 @@ int zm_select_command_parse_source(const json_t *root, struct zm_source *source,
         zm_field_strata strata;
         if ((rc = zm_view_field_strata(source, json_string_value(field), &strata, err)) != 0)
             return rc == -ENOENT ? -EINVAL : rc;
+        /* By original position, as a mount selects (a priority-ordered
+         * file's rows are not). */
+        rc = zm_view_to_original_order(source, strata.codes, sizeof *strata.codes, err);
         command->codes = strata.codes;
         strata.codes = NULL;
         zm_field_strata_free(&strata);
+        if (rc != 0)
+            return rc;
         command->request.codes = command->codes;
     }
     if (embedding != NULL) {
@@ -385,6 +390,9 @@ int zm_select_command_parse_source(const json_t *root, struct zm_source *source,
         if ((rc = zm_view_embedding_coords(source, key, chosen, (unsigned)dims, &command->coords,
                                            err)) != 0)
             return rc == -ENOENT ? -EINVAL : rc;
+        if ((rc = zm_view_to_original_order(source, command->coords, dims * sizeof *command->coords,
+                                            err)) != 0)
+            return rc;
         command->request.coords = command->coords;
         command->request.dims = (unsigned)dims;
     }

@@ -254,6 +254,8 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
     }
     if (rc == 0)
         rc = zm__validate(source, err);
+    if (rc == 0)
+        rc = zm__priority_read(source, err);
     if (rc != 0) {
         /* Name the file in reasons that name only an element. */
         if (err && strncmp(err->reason, path, strlen(path)) != 0) {
@@ -277,6 +279,7 @@ void zm_source_close(zm_source *source)
         return;
     zm__pool_destroy(source->pool);
     zm_cache_destroy(source->cache);
+    zm__priority_free(&source->priority);
     pthread_mutex_destroy(&source->passes_mutex);
     zm__element_free(source->root);
     zm__hdf5_lock();

@@ -124,6 +124,7 @@ struct zm_source {
     struct zm__pass *passes;
     zm_source_pass finished[ZM__FINISHED_PASSES];
     unsigned finished_next, finished_count;
+    zm_priority priority; /* priority.c */
 };
 
 /* ---- Counting reads (source.c) -------------------------------------------- */
@@ -356,5 +357,10 @@ int zm__array_check_values(zm_array *array, int64_t min, int64_t limit, const ch
 
 /* Checks the model's parts agree (shapes, indptr, indices, codes). */
 int zm__validate(zm_source *source, zm_err *err);
+/* Reads and verifies Cellucid's priority record (priority.c): 0 whether or
+ * not it verifies; -EINVAL for prefix counts that contradict X (the file is
+ * refused), -ENOMEM. */
+int zm__priority_read(zm_source *source, zm_err *err);
+void zm__priority_free(zm_priority *priority);
 
 #endif

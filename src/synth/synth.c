@@ -541,8 +541,18 @@ int zm__fill_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, ui
         memcpy(out, &node->constant, 8);
         break;
     case ZM_PRODUCE_POSITIONS: {
+        /* Each row's original position: its source row, or in a
+         * priority-ordered file the position the file names for it. */
         const uint32_t *order = zm_view_order(view);
-        memcpy(out, order + from, (to - from) * 4);
+        const uint32_t *original = zm_source_priority(source)->original;
+        if (original == NULL) {
+            memcpy(out, order + from, (to - from) * 4);
+            break;
+        }
+        for (uint64_t i = from; i < to; i++) {
+            uint32_t position = original[order[i]];
+            memcpy(out + (i - from) * 4, &position, 4);
+        }
         break;
     }
     case ZM_PRODUCE_INDPTR: {

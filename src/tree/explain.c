@@ -104,10 +104,31 @@ static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
     json_object_set_new(out, "kRequested", json_integer((json_int_t)r->k));
     json_object_set_new(out, "k", json_integer((json_int_t)selection->k));
     json_object_set_new(out, "digest", json_string(digest));
+    /* A priority-ordered file: the kernel ran over original positions; a
+     * selection of its stored rows [0, k) is read as one prefix. */
+    const zm_priority *priority = zm_source_priority(t->source);
+    json_t *said = zm_tree_priority_json(t->source);
+    if (said != NULL)
+        json_object_set_new(out, "priority", said);
+    if (priority->verified) {
+        uint64_t last = 0;
+        for (uint64_t i = 0; i < selection->k; i++)
+            if (priority->stored[selection->positions[i]] > last)
+                last = priority->stored[selection->positions[i]];
+        if (selection->k > 0 && last == selection->k - 1)
+            json_object_set_new(out, "read",
+                                json_string("the file's stored rows [0, k): each per-cell array as "
+                                            "one prefix, a CSR matrix as its first entries, a "
+                                            "gene-major X by its prefix counts"));
+    }
     switch (spec->kind) {
     case ZM_VIEW_FULL:
-        json_object_set_new(out, "rule", json_string("every cell in the priority order of seed 0 "
-                                                     "(the uniform method with k = n)"));
+        json_object_set_new(out, "rule",
+                            json_string(priority->verified
+                                            ? "every cell in the priority order of the file's "
+                                              "seed: the rows as the file stores them"
+                                            : "every cell in the priority order of seed 0 (the "
+                                              "uniform method with k = n)"));
         break;
     case ZM_VIEW_UNIFORM:
         json_object_set_new(out, "rule", json_string("the k cells of lowest rank(seed, position), "

@@ -424,7 +424,7 @@ static void file_key_text(zm_view *view, const char *full_path, const place *w, 
     zm_zarr_chunk_key(n->meta.rank, w->coords, chunk, sizeof chunk);
     size_t at = (size_t)snprintf(key, size, "nested|%s|%u|%" PRIu64 "|%s|%s|",
                                  spec->kind == ZM_VIEW_BLOCKS ? "blocks" : "uniform",
-                                 spec->kind == ZM_VIEW_FULL ? 0 : spec->seed,
+                                 spec->seed, /* full/: its file's seed */
                                  spec->kind == ZM_VIEW_BLOCKS ? spec->block_size : 0, w->store_path,
                                  chunk);
     for (unsigned d = 0; d < n->meta.rank && at < size; d++)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "tree/tree_internal.h"
+#include "zarrmount/log.h"
 #include "zarrmount/text.h"
 
 /* ---- The API ---------------------------------------------------------------------- */
@@ -237,6 +238,16 @@ static int emit_key(void *context, const char *key)
     return emit_name(k->emit, k->context, key, ZM_NODE_DIRECTORY, 0);
 }
 
+/* The seed listings show: the file's own in a priority-ordered file (its
+ * uniform subsamples are the stored prefixes), else 0. */
+static int emit_default_seed(zm_tree *t, zm__tree_emit emit, void *context)
+{
+    const zm_priority *p = zm_source_priority(t->source);
+    char name[24];
+    snprintf(name, sizeof name, "seed%" PRIu32, p->verified ? p->seed : 0);
+    return emit_name(emit, context, name, ZM_NODE_DIRECTORY, 0);
+}
+
 static int list_target(zm_tree *t, const char *path, const target *target_in, zm__tree_emit emit,
                        void *context, zm_err *err)
 {
@@ -256,16 +267,16 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
         return zm_err_set(err, -ENOTDIR, "%s: a link, not a directory", path);
     case T_FIELD:
         if (tg.spec.kind == ZM_VIEW_STRATIFIED) {
-            static const char *const names[] = {"balanced", "proportional", "seed0"};
-            for (size_t i = 0; i < 3; i++)
+            static const char *const names[] = {"balanced", "proportional"};
+            for (size_t i = 0; i < 2; i++)
                 if ((rc = emit_name(emit, context, names[i], ZM_NODE_DIRECTORY, 0)) != 0)
                     return rc;
-            return 0;
+            return emit_default_seed(t, emit, context);
         }
         snprintf(name, sizeof name, "G=%d", ZM_DEFAULT_GRID_SIZE);
         if ((rc = emit_name(emit, context, name, ZM_NODE_DIRECTORY, 0)) != 0)
             return rc;
-        return emit_name(emit, context, "seed0", ZM_NODE_DIRECTORY, 0);
+        return emit_default_seed(t, emit, context);
     case T_ALLOC:
         return emit_name(emit, context, "min=0", ZM_NODE_DIRECTORY, 0);
     case T_GRID: {
@@ -282,7 +293,7 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
     }
     case T_MINIMUM:
     case T_COLUMNS:
-        return emit_name(emit, context, "seed0", ZM_NODE_DIRECTORY, 0);
+        return emit_default_seed(t, emit, context);
     case T_INFO_DIR:
         /* stats.json's size is known only when it is looked up (a new
          * snapshot): listed without one, so the kernel looks it up. */
@@ -304,9 +315,9 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
             if ((rc = emit_name(emit, context, name, ZM_NODE_DIRECTORY, 0)) != 0)
                 return rc;
         }
-        return emit_name(emit, context, "seed0", ZM_NODE_DIRECTORY, 0);
+        return emit_default_seed(t, emit, context);
     case T_BLOCK:
-        return emit_name(emit, context, "seed0", ZM_NODE_DIRECTORY, 0);
+        return emit_default_seed(t, emit, context);
     case T_SEED: {
         uint64_t sizes[24];
         size_t count;
@@ -558,6 +569,16 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     if (rc == 0)
         rc = zm_cache_create(t->cache_bytes, &t->files);
     if (rc == 0) {
+        /* Said once: which cells the views name, and why. */
+        const zm_priority *p = zm_source_priority(t->source);
+        if (p->verified)
+            zm_log(LOG_INFO, "priority: the rows are in seed %" PRIu32 "'s priority order "
+                   "(uns/cellucid/priority verified): cells are named by their original "
+                   "positions, full/ is the rows as stored%s%s", p->seed, p->note[0] ? "; " : "",
+                   p->note);
+        else if (p->reason[0])
+            zm_log(LOG_WARNING, "priority: %s; read as a file Cellucid did not write (each row "
+                   "its own original position)", p->reason);
         t->identity = *zm_source_get_identity(t->source);
         char codec[64];
         zm_codec_format(&t->codec, codec, sizeof codec);
@@ -572,6 +593,11 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
             "element", t->b0.element, "options", "codec", codec, "chunkBytes",
             (json_int_t)t->chunk_bytes, "cacheBytes",
             (json_int_t)memory);
+        json_t *priority = zm_tree_priority_json(t->source);
+        if (info != NULL && priority != NULL)
+            json_object_set_new(info, "priority", priority);
+        else
+            json_decref(priority);
         /* Elements the source holds but the stores leave out, each with why
          * (as `zarrmount inspect` lists them). */
         const char *const *skipped;
@@ -681,4 +707,27 @@ void zm__tree_close(zm_tree *t)
 const zm_synth *zm__tree_synth(const zm_tree *t)
 {
     return t->synth;
+}
+
+json_t *zm_tree_priority_json(const zm_source *source)
+{
+    const zm_priority *p = zm_source_priority(source);
+    char text[ZM_REASON_MAX];
+    if (!p->verified) {
+        zm_text_utf8_copy(text, sizeof text,
+                          p->reason[0] ? p->reason
+                                       : "no uns/cellucid/priority record: each row is its own "
+                                         "original position");
+        return json_pack("{s:b, s:s}", "verified", 0, "reason", text);
+    }
+    json_t *out = json_pack("{s:b, s:I}", "verified", 1, "seed", (json_int_t)p->seed);
+    if (out != NULL && p->level_count > 0)
+        json_object_set_new(out, "levels", json_integer((json_int_t)p->level_count));
+    if (out != NULL && p->prefix_counts != NULL)
+        json_object_set_new(out, "prefixCounts", json_true());
+    if (out != NULL && p->note[0]) {
+        zm_text_utf8_copy(text, sizeof text, p->note);
+        json_object_set_new(out, "note", json_string(text));
+    }
+    return out;
 }

@@ -199,6 +199,72 @@ static void major_lengths(const zm_view *view, zm_view_sparse *s)
     }
 }
 
+/* A gene-major X of a priority-ordered file, in a view of its stored prefix
+ * rows [0, k): each gene's kept entries lie among its first prefix counts
+ * for the smallest level L >= k (the specification's prefix read), so only
+ * those are read, and one entry more when the gene has it, to check the
+ * count: the counted entries' rows are below L, the next one's is not (else
+ * the file's counts are wrong: -EIO, never other cells' values). The gene's
+ * source range becomes its counted entries. 1: not such a view (the general
+ * layout applies). */
+static int prefix_layout(zm_view *view, const zm_element *e, zm_view_sparse *s, zm_err *err)
+{
+    const zm_priority *p = zm_source_priority(view->source);
+    uint64_t k = view->rows, genes = s->majors;
+    if (!view->prefix || p->prefix_counts == NULL || strcmp(e->path, "X") != 0 ||
+        s->major_is_cell || !s->minor_is_cell || p->prefix_genes != genes)
+        return 1;
+    uint64_t j = 0;
+    while (j < p->level_count && p->levels[j] < k)
+        j++;
+    if (j == p->level_count)
+        return 1; /* k past the largest level: every entry is read anyway */
+    uint64_t level = p->levels[j];
+    const int64_t *indptr = s->source_indptr;
+    zm_range *ranges = malloc((genes ? genes : 1) * sizeof *ranges);
+    s->source_start = zm__big_alloc((genes ? genes : 1) * sizeof *s->source_start);
+    s->source_end = zm__big_alloc((genes ? genes : 1) * sizeof *s->source_end);
+    int rc = ranges && s->source_start && s->source_end
+                 ? 0 : zm_err_set(err, -ENOMEM, "out of memory laying out %s", e->path);
+    uint64_t total = 0;
+    for (uint64_t g = 0; rc == 0 && g < genes; g++) {
+        uint64_t from = (uint64_t)indptr[g], length = (uint64_t)(indptr[g + 1] - indptr[g]);
+        uint64_t counted = p->prefix_counts[g * p->level_count + j];
+        uint64_t scan = counted < length ? counted + 1 : length;
+        ranges[g] = (zm_range){from, from + scan};
+        s->source_start[g] = (int64_t)from;
+        s->source_end[g] = (int64_t)(from + counted);
+        total += scan;
+    }
+    const zm_array_info *info = zm_array_describe(e->indices);
+    uint8_t *raw = rc == 0 ? malloc((total ? total : 1) * info->dtype.size) : NULL;
+    if (rc == 0 && raw == NULL)
+        rc = zm_err_set(err, -ENOMEM, "out of memory laying out %s", e->path);
+    /* One read of every gene's counted entries (each chunk decoded once). */
+    if (rc == 0)
+        rc = zm_array_gather_ranges(view->source, e->indices, ranges, genes, raw, err);
+    s->indptr[0] = 0;
+    for (uint64_t g = 0, at = 0; rc == 0 && g < genes; g++) {
+        uint64_t counted = (uint64_t)(s->source_end[g] - s->source_start[g]);
+        uint64_t scan = ranges[g].end - ranges[g].start, kept = 0;
+        for (uint64_t i = 0; rc == 0 && i < scan; i++) {
+            int64_t row = zm_dtype_integer(info->dtype, raw, at + i);
+            int below = row >= 0 && (uint64_t)row < level;
+            if (i < counted ? !below : below)
+                rc = zm_err_set(err, -EIO,
+                                "X: varm/cellucid_prefix_counts counts %" PRIu64 " entries of gene %"
+                                PRIu64 " among the first %" PRIu64 " rows, but its entry %" PRIu64
+                                " is at row %" PRId64, counted, g, level, i, row);
+            kept += i < counted && row >= 0 && (uint64_t)row < k;
+        }
+        s->indptr[g + 1] = s->indptr[g] + (int64_t)kept;
+        at += scan;
+    }
+    free(raw);
+    free(ranges);
+    return rc;
+}
+
 void zm__sparse_free(zm_view_sparse *s)
 {
     if (s->indptr != s->source_indptr)
@@ -255,7 +321,10 @@ int zm__sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **out, 
         major_lengths(view, s);
         for (uint64_t i = 1; i <= s->majors; i++)
             s->indptr[i] += s->indptr[i - 1];
-    } else if (rc == 0 && !same) {
+    } else if (rc == 0 && !same && (rc = prefix_layout(view, e, s, err)) != 1) {
+        /* Laid out from the prefix counts (or refused by them). */
+    } else if (rc == 1 || (rc == 0 && !same)) {
+        rc = 0;
         s->indptr[0] = 0;
         /* Kept entries of each major: (cells as minors) those whose cell is
          * in the view: one pass over the majors' indices. */

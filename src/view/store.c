@@ -174,9 +174,31 @@ static int array_node(struct builder *b, const char *name, const zm_element *e, 
 static int element_node(struct builder *b, const zm_element *e, const char *name, int is_root_obs,
                         zm_store_node **out);
 
+/* Whether a view carries the source's prefix counts: only full/ of a
+ * priority-ordered file (its rows are the file's, its record has the
+ * levels they count by). */
+static int keeps_prefix_counts(const zm_view *view)
+{
+    return view->spec.kind == ZM_VIEW_FULL && zm_source_priority(view->source)->prefix_counts;
+}
+
+/* The source's priority record describes the source: no view carries it
+ * (full/ has its own, made below), nor its prefix counts but full/ of a
+ * priority-ordered file. */
+static int left_out(const struct builder *b, const zm_element *e)
+{
+    if (strcmp(e->path, "uns/cellucid/priority") == 0)
+        return 1;
+    if (strcmp(e->path, "varm/cellucid_prefix_counts") == 0)
+        return !keeps_prefix_counts(b->view);
+    return 0;
+}
+
 static int add_element(struct builder *b, zm_store_node *parent, const zm_element *e,
                        const char *name, int is_root_obs)
 {
+    if (left_out(b, e))
+        return 0;
     zm_store_node *child = NULL;
     int rc = element_node(b, e, name, is_root_obs, &child);
     if (rc == 0 && child && node_add(parent, child) != 0) {
@@ -470,23 +492,32 @@ int zm__build_store(zm_view *view, zm_err *err)
 
     /* full/: Cellucid's priority record in uns/cellucid/priority. */
     if (view->spec.kind == ZM_VIEW_FULL) {
+        zm_store_node *levels = NULL;
         zm_store_node *uns = group_child(store, "uns");
         zm_store_node *cellucid = uns ? group_child(uns, "cellucid") : NULL;
         zm_store_node *priority = cellucid ? group_child(cellucid, "priority") : NULL;
         if (priority == NULL || priority->child_count > 0)
-            return zm_err_set(err, -EINVAL, "uns/cellucid/priority exists in the source already");
-        if (constant_node(priority, "seed", 0) || constant_node(priority, "specVersion", ZM_SPEC_VERSION) ||
+            return zm_err_set(err, -EINVAL, "uns/cellucid/priority: cannot make full/'s record");
+        if (constant_node(priority, "seed", view->spec.seed) ||
+            constant_node(priority, "specVersion", ZM_SPEC_VERSION) ||
             constant_node(priority, "nObs", (int64_t)zm_source_n_obs(view->source)))
             return zm_err_set(err, -ENOMEM, "out of memory");
+        /* The levels the prefix counts it carries count by. */
+        if (keeps_prefix_counts(view) &&
+            (rc = element_node(&b, zm_source_priority(view->source)->levels_element, "levels", 0,
+                               &levels)) == 0 &&
+            node_add(priority, levels) != 0) {
+            zm__node_free(levels);
+            return zm_err_set(err, -ENOMEM, "out of memory");
+        }
+        if (rc != 0)
+            return rc;
     }
 
     /* The root says what the store is, so a copy still says it. */
     json_t *v = json_pack("{s:s, s:I, s:I, s:I, s:s}", "method", zm_view_kind_name(view->spec.kind), "nObs",
                           (json_int_t)zm_source_n_obs(view->source), "k", (json_int_t)view->rows,
-                          "seed", (json_int_t)(view->spec.kind == ZM_VIEW_FILE ? 0 : view->spec.seed),
-                          "digest", view->digest);
-    if (view->spec.kind == ZM_VIEW_FULL || view->spec.kind == ZM_VIEW_FILE)
-        json_object_set_new(v, "seed", json_integer(0));
+                          "seed", (json_int_t)view->spec.seed, "digest", view->digest);
     if (view->spec.kind == ZM_VIEW_BLOCKS)
         json_object_set_new(v, "blockSize", json_integer((json_int_t)view->spec.block_size));
     if (view->spec.kind == ZM_VIEW_STRATIFIED) {

@@ -273,6 +273,11 @@ const uint32_t *zm_view_inverse(zm_view *view, zm_err *err)
 static int select_cells(zm_view *view, zm_err *err)
 {
     uint64_t n = zm_source_n_obs(view->source);
+    /* full/ and file/ are in the priority order of the file's seed and in
+     * file order: the same order in a priority-ordered file. */
+    const zm_priority *p = zm_source_priority(view->source);
+    if (view->spec.kind == ZM_VIEW_FULL || view->spec.kind == ZM_VIEW_FILE)
+        view->spec.seed = p->verified ? p->seed : 0;
     if (view->spec.kind == ZM_VIEW_FILE) {
         view->rows = n;
         view->identity = 1;
@@ -281,6 +286,7 @@ static int select_cells(zm_view *view, zm_err *err)
             return zm_err_set(err, -ENOMEM, "out of memory ordering %" PRIu64 " cells", n);
         for (uint64_t i = 0; i < n; i++)
             view->order[i] = (uint32_t)i;
+        view->prefix = n > 0;
         zm_cellset_digest(view->order, n, n, view->digest);
         return 0;
     }
@@ -301,8 +307,47 @@ static int select_cells(zm_view *view, zm_err *err)
     view->rows = selection.k;
     view->order = selection.order;
     selection.order = NULL;
+    /* The kernel named original positions; the view's rows are stored
+     * rows (a priority-ordered file's permutation). The digest names the
+     * original positions, as every boundary does. */
+    const zm_priority *priority = zm_source_priority(view->source);
+    if (priority->verified)
+        for (uint64_t i = 0; i < view->rows; i++)
+            view->order[i] = priority->stored[view->order[i]];
     zm_cellset_digest(selection.positions, selection.k, selection.n, view->digest);
     zm_selection_free(&selection);
+    /* Every cell in file order (full/ of a priority-ordered file, or any
+     * view keeping every cell in its seed's order): the file's rows as
+     * they are. */
+    int identity = view->rows == n;
+    uint64_t last = 0;
+    for (uint64_t i = 0; i < view->rows; i++) {
+        identity = identity && view->order[i] == i;
+        last = view->order[i] > last ? view->order[i] : last;
+    }
+    view->identity = identity;
+    /* Distinct rows, the largest rows − 1: the stored prefix (a uniform
+     * subsample under a priority-ordered file's seed). */
+    view->prefix = view->rows > 0 && last == view->rows - 1;
+    return 0;
+}
+
+/* Per-cell inputs of the kernel (strata codes, coordinates: by stored row)
+ * put in original order through a priority-ordered file's permutation: the
+ * value of original position p is that of stored row stored[p]. */
+int zm_view_to_original_order(zm_source *source, void *values, size_t size, zm_err *err)
+{
+    const zm_priority *priority = zm_source_priority(source);
+    uint64_t n = zm_source_n_obs(source);
+    if (!priority->verified)
+        return 0;
+    uint8_t *copy = malloc((n ? n : 1) * size);
+    if (copy == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory ordering %" PRIu64 " cells", n);
+    memcpy(copy, values, n * size);
+    for (uint64_t p = 0; p < n; p++)
+        memcpy((uint8_t *)values + p * size, copy + (uint64_t)priority->stored[p] * size, size);
+    free(copy);
     return 0;
 }
 
@@ -311,11 +356,14 @@ int zm_view_request_make(zm_source *source, const zm_view_spec *spec, zm_view_re
 {
     memset(out, 0, sizeof *out);
     uint64_t n = zm_source_n_obs(source);
+    const zm_priority *priority = zm_source_priority(source);
     zm_request *r = &out->request;
     *r = (zm_request){.method = ZM_METHOD_UNIFORM, .n = n, .seed = spec->seed, .k = spec->k};
     switch (spec->kind) {
     case ZM_VIEW_FULL:
-        r->seed = 0;
+        /* The priority order of the file's seed: a priority-ordered file's
+         * rows as stored, else seed 0's. */
+        r->seed = priority->verified ? priority->seed : 0;
         r->k = n ? n : 1;
         break;
     case ZM_VIEW_FILE:
@@ -331,8 +379,13 @@ int zm_view_request_make(zm_source *source, const zm_view_spec *spec, zm_view_re
         r->allocation = spec->allocation;
         r->minimum = spec->minimum;
         int rc = zm_view_field_strata(source, spec->field, &out->strata, err);
-        if (rc != 0)
+        if (rc == 0)
+            rc = zm_view_to_original_order(source, out->strata.codes, sizeof *out->strata.codes,
+                                           err);
+        if (rc != 0) {
+            zm_view_request_free(out);
             return rc;
+        }
         r->codes = out->strata.codes;
         break;
     }
@@ -354,8 +407,12 @@ int zm_view_request_make(zm_source *source, const zm_view_spec *spec, zm_view_re
         r->dims = count;
         rc = zm_view_embedding_coords(source, spec->embedding, out->columns, count, &out->coords,
                                       err);
-        if (rc != 0)
+        if (rc == 0)
+            rc = zm_view_to_original_order(source, out->coords, count * sizeof *out->coords, err);
+        if (rc != 0) {
+            zm_view_request_free(out);
             return rc;
+        }
         r->coords = out->coords;
         break;
     }

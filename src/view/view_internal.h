@@ -35,6 +35,7 @@ struct zm_view {
     uint64_t rows;       /* cells in the view */
     uint32_t *order;     /* view row → source row */
     int identity;        /* order is 0, 1, 2, ... */
+    int prefix;          /* the cells are source rows [0, rows), in any order */
     char digest[17];
     zm_store_node *root;
     pthread_mutex_t mutex;
