@@ -36,6 +36,8 @@ level and k its prefix counts were made for):
                           seen only when the prefix is read (EIO).
   counts-under.h5ad       one gene's count one too few at that level: the next entry is at a row
                           below the level (EIO).
+  record-no-column.h5ad   priority-seed7 without the position column: the record alone, which
+                          verifies (the column is checked only when it is there).
   Files whose record does not verify (read as files Cellucid did not write):
   bad-nobs.h5ad           priority-seed7 with the record's nObs one short.
   bad-seed-order.h5ad     priority-seed7's rows and position column, the record saying seed 3.
@@ -80,7 +82,7 @@ PREFIX_SUBSET = 1000   # rows bad-prefix-renumbered keeps
 CSC_SEED = 11
 CSC_PREFIX_K = 200     # the k the prefix counts are broken for (counts-over, counts-under)
 SEEDS = (0, 7, 4000000000)
-UNVERIFIED = ("bad-nobs", "bad-seed-order", "bad-subset", "bad-prefix-renumbered", "bad-levels",
+FROM_SEVEN = ("record-no-column", "bad-nobs", "bad-seed-order", "bad-subset", "bad-prefix-renumbered", "bad-levels",
               "bad-spec-version", "column-no-record")
 CELL_TYPES = ["B", "NK", "T-CD4", "T-CD8", "mono", "DC"]
 
@@ -325,8 +327,8 @@ def generate(out, cells=N_CELLS, genes=N_GENES, only=None, x_chunk=X_CHUNK, indp
         write(base, record("original", kind="original", verified=False, nObs=cells), **chunking)
     for seed in SEEDS:
         name = f"priority-seed{seed}"
-        # The unverified files are made from seed 7's.
-        if not wanted(name) and not (seed == 7 and any(wanted(n) for n in UNVERIFIED)):
+        # These files are made from seed 7's.
+        if not wanted(name) and not (seed == 7 and any(wanted(n) for n in FROM_SEVEN)):
             continue
         levels = None
         if seed == 4000000000:
@@ -415,6 +417,14 @@ def generate(out, cells=N_CELLS, genes=N_GENES, only=None, x_chunk=X_CHUNK, indp
         path = record("bad-spec-version", kind="unverified", verified=False, nObs=cells, why="specVersion")
         copy_file(seven, path)
         set_record(path, specVersion=np.int64(2))
+    if wanted("record-no-column"):
+        path = record("record-no-column", kind="priority", verified=True, seed=7, nObs=cells, original="original",
+                      levels=None)
+        copy_file(seven, path)
+        with h5py.File(path, "r+") as f:
+            del f["obs/cellucid_original_position"]
+            order = [c for c in f["obs"].attrs["column-order"] if c != "cellucid_original_position"]
+            f["obs"].attrs["column-order"] = order
     if wanted("column-no-record"):
         path = record("column-no-record", kind="unverified", verified=False, nObs=cells, why="no record")
         copy_file(seven, path)

@@ -225,8 +225,9 @@ def attempt(name, call):
 
 # ---- What the mount and the commands say about the record ------------------------------------
 
-def said_priority(mount, source, label, want_verified, want_seed=None):
-    """info.json, inspect --json, inspect's text and explain --json agree on the record."""
+def said_priority(mount, source, label, want_verified, want_seed=None, ordinary=False):
+    """info.json, inspect --json, inspect's text and explain --json agree on the record (an
+    ordinary file, with neither a record nor a position column, need not have a line of text)."""
     info = read_json(os.path.join(mount.point, ".zarrmount/info.json"))
     priority = info.get("priority")
     ok = isinstance(priority, dict) and priority.get("verified") is want_verified
@@ -251,8 +252,9 @@ def said_priority(mount, source, label, want_verified, want_seed=None):
         reason = (priority or {}).get("reason") or "\0"
         said = [line for line in lines if reason in line]
         what = "not verified, with info.json's reason"
-    check(f"{label}: inspect's text has a line saying the record is {what}", said,
-          "\n".join(lines) or "no line of inspect's output names the priority record")
+    if not ordinary:
+        check(f"{label}: inspect's text has a line saying the record is {what}", said,
+              "\n".join(lines) or "no line of inspect's output names the priority record")
     done = subprocess.run([BINARY, "explain", source, "full", "--json"], capture_output=True, text=True,
                           timeout=600)
     explained = json.loads(done.stdout).get("priority") if done.returncode == 0 else done.stderr
@@ -305,7 +307,7 @@ def check_original(original, label):
     attempt(f"{label}: full/ is seed 0's priority order with the record {{seed: 0, specVersion: 1, nObs: {N}}}",
             full)
     original.get("file")
-    said_priority(original.mount, original.source, label, False)
+    said_priority(original.mount, original.source, label, False, ordinary=True)
 
 
 def check_verified_view(mount, original, source, view, request, label, varm_ignored=()):
@@ -373,6 +375,31 @@ def check_verified_csr(directory, manifest, original):
             check_file_and_full(mount, original, source, seed, label, levels=entry.get("levels"))
             for view, request in views_of_seed(seed):
                 check_verified_view(mount, original, source, view, request, label)
+        # `select --source` reads a field or an embedding as the mount does: by original position.
+        for view, request in views_of_seed(seed):
+            if "field" in request or "embedding" in request:
+                got, want = select(source, request, N), select(original.source, request, N)
+                why = first_difference(got, want)
+                check(f"{label}: select --source on it keeps the original's cells for {view}", not why, why)
+    # The record alone (no position column) verifies, and names the cells just the same.
+    entry = manifest["files"]["record-no-column"]
+    source, label = entry["path"], "record-no-column"
+    with Mount(source, *OPTIONS, debug=False) as mount:
+        said_priority(mount, source, label, True, 7)
+        order = gen.priority_order(7, N)
+        want = readers.subset(original.get("file"), order)
+        want.obs = want.obs.drop(columns=[POSITION])
+        want.obs[POSITION] = order.astype(np.uint32)
+
+        def file_view():
+            got = read_view(mount, "file")
+            why = first_difference(positions_of(got), order)
+            if why:
+                raise Differ(f"/obs/{POSITION} is not the record's (seed 7's) order: {why}")
+            same_cells(got, want)
+        attempt(f"{label}: file/ names the stored rows by the record's positions (seed 7's order)", file_view)
+        for view, request in (uniform(7, K), uniform(0, K), stratified("cell_type", 7, K), spatial("X_umap", 7, K)):
+            check_verified_view(mount, original, source, view, request, label)
 
 
 # ---- Bytes a prefix reads -------------------------------------------------------------------
