@@ -366,7 +366,7 @@ def check_file_and_full(mount, original, source, seed, label, varm_ignored=(), l
             f"nObs: {N}}}", full_view)
 
 
-def check_verified_csr(directory, manifest, original):
+def check_verified_csr(manifest, original):
     for seed in gen.SEEDS:
         entry = manifest["files"][f"priority-seed{seed}"]
         source, label = entry["path"], f"priority-seed{seed}"
@@ -787,7 +787,7 @@ def main():
     original = OriginalViews(manifest["files"]["original"]["path"], "original")
     steps = [
         ("the original", lambda: check_original(original, "original")),
-        ("verified CSR files", lambda: check_verified_csr(directory, manifest, original)),
+        ("verified CSR files", lambda: check_verified_csr(manifest, original)),
         ("the bytes a prefix reads", lambda: check_prefix_bytes(manifest)),
         ("the gene-major file", lambda: check_csc(manifest)),
         ("prefix counts inconsistent with the matrix", lambda: check_counts_refused(manifest)),
