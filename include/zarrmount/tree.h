@@ -117,9 +117,10 @@ struct json_t;
 int zm__tree_explain(zm_tree *tree, const char *path, struct json_t **out, zm_err *err);
 
 /* What a source's Cellucid priority record comes to, as info.json, inspect
- * and explain say it: {"verified": true, "seed": S[, "levels": L,
- * "prefixCounts": true][, "note": why something is unused]} or
- * {"verified": false, "reason": why} (a json_t *, NULL when out of memory). */
+ * and explain say it: {"verified": true, "recorded": true, "seed": S[,
+ * "levels": L, "prefixCounts": true][, "note": why something is unused]}
+ * or {"verified": false, "recorded": whether the file has a record,
+ * "reason": why} (a json_t *, NULL when out of memory). */
 struct zm_source;
 struct json_t *zm_tree_priority_json(const struct zm_source *source);
 

@@ -89,7 +89,7 @@ static void print_text(FILE *out, const json_t *e)
         {"k", "k kept"},           {"seed", "seed"},            {"blockSize", "block size"},
         {"blockSizeFrom", "B from"}, {"field", "field"},        {"allocation", "allocation"},
         {"minimum", "minimum"},    {"embedding", "embedding"},  {"columns", "columns"},
-        {"gridSize", "grid size"}, {"digest", "digest"},
+        {"gridSize", "grid size"}, {"digest", "digest"},      {"read", "read as"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         const json_t *v = json_object_get(e, rows[i].key);
@@ -106,6 +106,15 @@ static void print_text(FILE *out, const json_t *e)
             print_value(out, v);
         fputc('\n', out);
     }
+    /* A file with a priority record: whether it verified. */
+    const json_t *priority = json_object_get(e, "priority");
+    if (json_is_true(json_object_get(priority, "verified")))
+        fprintf(out, "  priority    verified: the rows are seed %lld's priority order, cells named "
+                "by original position\n",
+                (long long)json_integer_value(json_object_get(priority, "seed")));
+    else if (json_is_true(json_object_get(priority, "recorded")))
+        fprintf(out, "  priority    not verified (%s): each row its own position\n",
+                json_string_value(json_object_get(priority, "reason")));
     const json_t *strata = json_object_get(e, "strata");
     if (strata) {
         fprintf(out, "  strata      %zu occupied (stratum, name: cells -> kept)\n",

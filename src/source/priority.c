@@ -268,6 +268,13 @@ int zm__priority_read(zm_source *source, zm_err *err)
         if (levels->kind != ZM_ELEMENT_ARRAY || levels->rank != 1 ||
             !is_integer_vector(levels, levels->shape[0]))
             return unverified(p, "%s/levels is not a list of integers", RECORD);
+        /* Bounded before it is read: the chain has at most 78 levels. */
+        uint64_t chain = 0;
+        for (uint64_t l = n; l >= 1; l = l * 3 / 4)
+            chain++;
+        if (levels->shape[0] > chain)
+            return unverified(p, "%s/levels holds %" PRIu64 " levels, but nObs %" PRIu64
+                              " has %" PRIu64 " prefix levels", RECORD, levels->shape[0], n, chain);
         int64_t *values = NULL;
         rc = read_integers(source, levels->values, levels->shape[0], &values, &read_err);
         if (rc != 0)

@@ -198,7 +198,12 @@ static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
     for (size_t i = 0; i < first; i++)
         json_array_append_new(cells, json_integer(selection->order[i]));
     json_object_set_new(out, "firstCells", cells);
-    json_t *names = cell_names(t, selection->order, first);
+    /* Names are read by stored row: a priority-ordered file's rows are
+     * not its cells' original positions. */
+    uint32_t rows[10];
+    for (size_t i = 0; i < first; i++)
+        rows[i] = priority->verified ? priority->stored[selection->order[i]] : selection->order[i];
+    json_t *names = cell_names(t, rows, first);
     if (names != NULL)
         json_object_set_new(out, "firstCellNames", names);
     zm_view_selection_free(&chosen);

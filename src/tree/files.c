@@ -581,10 +581,18 @@ int zm__open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err)
      * as they are, which no codec library makes, so they stay shared. */
     char build[256];
     zm_codec_build(&t->codec, build, sizeof build);
-    snprintf(t->disk_space, sizeof t->disk_space, "source|%lld|%lld|%llu|%016llx%s%s",
+    /* A priority-ordered file's stores name its cells by original position
+     * (its verified record's seed): filed apart from what a mount that
+     * read it as an ordinary file kept (zarrmount before issue 20), whose
+     * subsamples held other cells. */
+    const zm_priority *priority = zm_source_priority(t->source);
+    char ordered[32] = "";
+    if (priority->verified)
+        snprintf(ordered, sizeof ordered, "|priority=%" PRIu32, priority->seed);
+    snprintf(t->disk_space, sizeof t->disk_space, "source|%lld|%lld|%llu|%016llx%s%s%s",
              (long long)id->size, (long long)id->mtime_ns, (unsigned long long)id->inode,
              (unsigned long long)XXH3_64bits(head, got > 0 ? (size_t)got : 0),
-             build[0] ? "|codecs=" : "", build);
+             build[0] ? "|codecs=" : "", build, ordered);
     int rc = zm_disk_open(directory, options->cache_max ? options->cache_max : ZM_DEFAULT_DISK_CACHE_MAX,
                           &t->disk, &why);
     if (rc == -EPERM && given) {

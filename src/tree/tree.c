@@ -718,9 +718,11 @@ json_t *zm_tree_priority_json(const zm_source *source)
                           p->reason[0] ? p->reason
                                        : "no uns/cellucid/priority record: each row is its own "
                                          "original position");
-        return json_pack("{s:b, s:s}", "verified", 0, "reason", text);
+        return json_pack("{s:b, s:b, s:s}", "verified", 0, "recorded", p->recorded, "reason",
+                         text);
     }
-    json_t *out = json_pack("{s:b, s:I}", "verified", 1, "seed", (json_int_t)p->seed);
+    json_t *out = json_pack("{s:b, s:b, s:I}", "verified", 1, "recorded", 1, "seed",
+                            (json_int_t)p->seed);
     if (out != NULL && p->level_count > 0)
         json_object_set_new(out, "levels", json_integer((json_int_t)p->level_count));
     if (out != NULL && p->prefix_counts != NULL)

@@ -310,10 +310,9 @@ static int select_cells(zm_view *view, zm_err *err)
     /* The kernel named original positions; the view's rows are stored
      * rows (a priority-ordered file's permutation). The digest names the
      * original positions, as every boundary does. */
-    const zm_priority *priority = zm_source_priority(view->source);
-    if (priority->verified)
+    if (p->verified)
         for (uint64_t i = 0; i < view->rows; i++)
-            view->order[i] = priority->stored[view->order[i]];
+            view->order[i] = p->stored[view->order[i]];
     zm_cellset_digest(selection.positions, selection.k, selection.n, view->digest);
     zm_selection_free(&selection);
     /* Every cell in file order (full/ of a priority-ordered file, or any
