@@ -249,6 +249,10 @@ int zm_array_gather_rows(zm_source *source, const zm_array *array, const uint64_
  * over the array takes (a walk): chunks it uses in part are decoded only as
  * far as it needs and are not kept for later reads. */
 #define ZM_READ_PASS 1u
+/* ZM_READ_KEEP: the chunks this read decodes are kept in the cache however
+ * many there are (a long read is otherwise taken as a pass): the caller
+ * reads the same chunks again soon (a view's layout, then its chunks). */
+#define ZM_READ_KEEP 2u
 
 /* Reads the given rows (strictly ascending) into out, row i at output row
  * out_rows[i]: a gather and a scatter in one pass, each value copied once. */

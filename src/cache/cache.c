@@ -250,6 +250,27 @@ void zm_cache_account_read(zm_cache *cache, const zm_cache_account *account, zm_
     pthread_mutex_unlock(&cache->mutex);
 }
 
+int zm_cache_peek(zm_cache *cache, uint64_t key, zm_cache_ref *ref)
+{
+    ref->bytes = NULL;
+    ref->size = 0;
+    ref->entry = NULL;
+    if (cache == NULL)
+        return 0;
+    pthread_mutex_lock(&cache->mutex);
+    zm__entry *e = zm__lookup(cache, key);
+    int found = e != NULL && e->state == ZM__READY;
+    if (found) {
+        e->refs++;
+        if (e->in_lru)
+            zm__lru_remove(cache, e);
+        cache->stats.hits++;
+        zm__fill_ref(ref, e);
+    }
+    pthread_mutex_unlock(&cache->mutex);
+    return found;
+}
+
 int zm_cache_get_for(zm_cache *cache, uint64_t key, zm_cache_loader loader, void *context,
                      zm_cache_account *account, zm_cache_ref *ref, zm_err *err)
 {

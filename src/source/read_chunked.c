@@ -207,15 +207,19 @@ static int load_chunk(void *context, uint8_t **bytes, size_t *size, zm_err *err)
     return 0;
 }
 
-static int get_chunk(zm_source *source, zm_array *array, uint64_t chunk, zm_cache_ref *ref,
-                     zm_err *err)
+static uint64_t chunk_key(const zm_array *array, uint64_t chunk)
 {
     struct {
         uint64_t serial, chunk;
     } key_bytes = {array->serial, chunk};
+    return zm_cache_key(&key_bytes, sizeof key_bytes);
+}
+
+static int get_chunk(zm_source *source, zm_array *array, uint64_t chunk, zm_cache_ref *ref,
+                     zm_err *err)
+{
     struct chunk_load context = {source, array, chunk};
-    return zm_cache_get(source->cache, zm_cache_key(&key_bytes, sizeof key_bytes),
-                               load_chunk, &context, ref, err);
+    return zm_cache_get(source->cache, chunk_key(array, chunk), load_chunk, &context, ref, err);
 }
 
 /* ---- Gathers over chunks ------------------------------------------------------------- */
@@ -370,7 +374,13 @@ static int gather_chunk_part(void *context, size_t task)
     memset(&ref, 0, sizeof ref);
     int rc;
     int check_pieces = 0, scratched = 0;
-    if (g->one_pass && rank == 1) {
+    /* A pass decodes its chunks itself, but one the cache holds already
+     * (a view's layout kept it: ZM_READ_KEEP) is not decoded again. */
+    int kept = g->one_pass && rank == 1 &&
+               zm_cache_peek(g->source->cache, chunk_key(array, chunk), &ref);
+    if (kept) {
+        /* ref holds it: copied out below, as from any cached chunk. */
+    } else if (g->one_pass && rank == 1) {
         uint8_t *buffer = scratch(chunk_bytes(array));
         if (buffer == NULL)
             return zm_err_set(&g->errors[task], -ENOMEM, "%s: out of memory for a chunk",
@@ -526,7 +536,8 @@ int zm__gather_chunked(zm_source *source, zm_array *array, const zm_range *range
     }
     size_t task_count = position_count * rest;
     struct gather g = {source, array, ranges, count, out_row, out, NULL, rest, NULL, 0, NULL};
-    g.one_pass = (flags & ZM_READ_PASS) || position_count * rest >= ONE_PASS_CHUNKS;
+    g.one_pass = (flags & ZM_READ_PASS) ||
+                 (!(flags & ZM_READ_KEEP) && position_count * rest >= ONE_PASS_CHUNKS);
     g.tasks = malloc((task_count ? task_count : 1) * sizeof *g.tasks);
     g.errors = calloc(task_count ? task_count : 1, sizeof *g.errors);
     if (g.tasks == NULL || g.errors == NULL) {

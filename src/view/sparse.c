@@ -240,9 +240,19 @@ static int prefix_layout(zm_view *view, const zm_element *e, zm_view_sparse *s, 
     uint8_t *raw = rc == 0 ? malloc((total ? total : 1) * info->dtype.size) : NULL;
     if (rc == 0 && raw == NULL)
         rc = zm_err_set(err, -ENOMEM, "out of memory laying out %s", e->path);
-    /* One read of every gene's counted entries (each chunk decoded once). */
+    /* One read of every gene's counted entries, its chunks kept: the
+     * view's chunks read them again (each chunk decoded once). */
+    uint64_t *places = rc == 0 ? malloc((genes ? genes : 1) * sizeof *places) : NULL;
+    if (rc == 0 && places == NULL)
+        rc = zm_err_set(err, -ENOMEM, "out of memory laying out %s", e->path);
+    for (uint64_t g = 0, at = 0; rc == 0 && g < genes; g++) {
+        places[g] = at;
+        at += ranges[g].end - ranges[g].start;
+    }
     if (rc == 0)
-        rc = zm_array_gather_ranges(view->source, e->indices, ranges, genes, raw, err);
+        rc = zm_array_scatter_ranges(view->source, e->indices, ranges, places, genes, raw,
+                                     ZM_READ_KEEP, err);
+    free(places);
     s->indptr[0] = 0;
     for (uint64_t g = 0, at = 0; rc == 0 && g < genes; g++) {
         uint64_t counted = (uint64_t)(s->source_end[g] - s->source_start[g]);
