@@ -1,5 +1,5 @@
 /* Tests for the decoded-chunk cache (src/cache/cache.c): hits,
- * misses and evictions counted right, the capacity respected in LRU order,
+ * misses and evictions counted right, peeks, the capacity respected in LRU order,
  * held chunks never evicted, one load per key however many threads ask at
  * once, and failed loads handed to every waiter and never kept. Run under
  * TSan too. */
@@ -104,6 +104,29 @@ Test(cache, hits_and_misses)
     cr_assert_eq(s.entries, 2u);
     cr_assert_eq(s.bytes_held, 150u);
     cr_assert_eq(s.capacity_bytes, 1u << 20);
+    zm_cache_destroy(cache);
+}
+
+/* A peek finds only what is loaded, loads nothing, and holds what it
+ * found as a get does (counted a hit). */
+Test(cache, peek)
+{
+    zm_cache *cache;
+    cr_assert_eq(zm_cache_create(1 << 20, &cache), 0);
+    zm_cache_ref ref;
+    cr_assert_eq(zm_cache_peek(cache, 7, &ref), 0);
+    cr_assert_null(ref.bytes);
+    zm_cache_stats s = stats_of(cache);
+    cr_assert_eq(s.hits + s.misses, 0u);
+    cr_assert_eq(s.entries, 0u);
+    cr_assert(touch(cache, 7, 64));
+    cr_assert_eq(zm_cache_peek(cache, 7, &ref), 1);
+    cr_assert(holds_pattern(&ref, 7, 64));
+    s = stats_of(cache);
+    cr_assert_eq(s.hits, 1u);
+    cr_assert_eq(s.misses, 1u);
+    zm_cache_release(cache, &ref);
+    cr_assert_eq(zm_cache_peek(cache, 8, &ref), 0);
     zm_cache_destroy(cache);
 }
 
