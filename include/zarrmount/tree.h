@@ -25,6 +25,7 @@ typedef struct zm_tree_options {
     const char *cache_dir;       /* chunks of walked views kept across mounts: NULL for the
                                   * default directory, "none" for no disk cache */
     uint64_t cache_max;          /* the disk cache's bound; 0: 4 GiB */
+    const char *sets_dir;        /* -o sets=DIR (absolute): the sets sets/ serves; NULL: none */
     /* Synthesis ahead: a view's chunks are made at idle priority once it is
      * read, until no reader has asked anything of it for ahead_idle_seconds
      * (negative: the default, 5; 0: off), at most ahead_rate a second (0:

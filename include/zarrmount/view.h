@@ -43,6 +43,10 @@ typedef struct zm_view_spec {
     unsigned columns[3];
     unsigned column_count; /* 0: the first min(3, columns) */
     uint64_t grid_size;    /* 0: ZM_DEFAULT_GRID_SIZE */
+    /* The cells the method runs over (sets/NAME/, where/KEY/VALUES/), or
+     * NULL for every cell. Borrowed: zm_view_create takes a reference of
+     * its own, let go when the view is freed. */
+    struct zm_view_set *set;
 } zm_view_spec;
 
 /* ---- What stratified and spatial views split by ------------------------------ */
@@ -294,5 +298,26 @@ typedef struct zm_view_selection {
 int zm_view_select(zm_source *source, const zm_view_spec *spec, zm_view_selection *out,
                    zm_err *err);
 void zm_view_selection_free(zm_view_selection *selection);
+
+/* ---- Sets of cells ---------------------------------------------------------- */
+
+typedef struct zm_view_set {
+    _Atomic unsigned refs;       /* zm_view_set_ref / zm_view_set_unref (frees at 0) */
+    uint32_t *positions;         /* the cells, as original positions, strictly ascending */
+    uint64_t count;              /* >= 1 */
+    char digest[17];             /* zm_cellset_digest(positions, count, n) */
+    char *name;                  /* "sets/NAME" or "where/KEY/VALUES" as the path spells it */
+    struct json_t *record;       /* what a store's root .zattrs records and explain shows */
+} zm_view_set;
+zm_view_set *zm_view_set_ref(zm_view_set *set);
+void zm_view_set_unref(zm_view_set *set);
+int zm_view_set_from_file(zm_source *source, const char *path, const char *name, zm_view_set **out,
+                          zm_err *err);
+int zm_view_where_check(zm_source *source, const char *key, zm_err *err);
+int zm_view_set_where(zm_source *source, const char *key, const char *values, zm_view_set **out,
+                      zm_err *err);
+int zm_view_where_values(zm_source *source, const char *key, zm_view_key_emit emit, void *context,
+                         zm_err *err);
+int zm_view_where_escape(const char *value, size_t length, char *out, size_t size);
 
 #endif

@@ -471,10 +471,14 @@ static int kept_entry(zm_tree *t, const char *path, zm_view **view_out, view_sta
     int rc = zm__parse_path(t, path, &tg, err);
     if (rc != 0)
         return rc;
-    if (tg.kind != T_VIEW)
+    if (tg.kind != T_VIEW) {
+        zm__target_clear(&tg);
         return zm_err_set(err, -ENOENT, "%s: not kept on disk", path);
+    }
     zm_view *view;
-    if ((rc = zm__view_get(t, &tg, &view, 1, err)) != 0)
+    rc = zm__view_get(t, &tg, &view, 1, err);
+    zm__target_clear(&tg); /* the view holds its set itself */
+    if (rc != 0)
         return rc;
     place w;
     rc = zm__locate(view, tg.rest, &w, err);
