@@ -7,6 +7,14 @@
  *
  * Sizes: n, the cells in the dataset, is 0 ≤ n ≤ 2^32 − 1; positions are
  * uint32; counts are 64-bit. A request whose k ≥ n keeps every cell.
+ *
+ * Over a set: a request may name a set S of cells (zm_request.set), and
+ * every method then runs over S alone, by original position (docs/kernel.md,
+ * "Over a set of cells"): a cell's rank is rank(seed, p) whatever set holds
+ * it, so the same cell is ranked alike in every set, and a uniform sample
+ * of k cells of S is the first k cells of S in the whole dataset's priority
+ * order: S's part of the whole dataset's uniform sample of the size that
+ * holds k of them.
  */
 #ifndef ZARRMOUNT_SELECT_H
 #define ZARRMOUNT_SELECT_H
@@ -75,12 +83,29 @@ typedef enum zm_allocation {
 } zm_allocation;
 
 /* One selection request; k already resolved from any share. The arrays are
- * borrowed, never freed by the kernel. */
+ * borrowed, never freed by the kernel.
+ *
+ * set: NULL selects among every cell (0 … n−1). Otherwise the method runs
+ * over the set_count cells set[0 … set_count−1], strictly ascending
+ * positions below n (1 ≤ set_count ≤ n; an empty set is refused: k ≥ 1 and
+ * a view of nothing is not a subsample):
+ *   - uniform: the k lowest-ranked cells of S by rank(seed, p);
+ *   - blocks: the source's blocks, j = floor(p / B) over 0 … n−1; the
+ *     blocks holding a cell of S are taken in order of rank(seed, j), each
+ *     with its cells of S, whole, until the next would exceed k; that block
+ *     gives its first k − taken cells of S (ascending);
+ *   - stratified and spatial: the split over the strata of S alone (a
+ *     category's size is its cells in S; a category with no cell in S
+ *     takes no part; a spatial axis's low and high are over S's cells with
+ *     every coordinate finite, S's other cells in box G^d).
+ * k ≥ set_count keeps S. codes and coords stay indexed by position (n
+ * entries); only the entries of S's cells are read, so the others may hold
+ * anything. With set = 0 … n−1 every result equals set = NULL's. */
 typedef struct zm_request {
     zm_method method;
     uint64_t n;          /* cells in the dataset, ≤ ZM_N_MAX */
     uint32_t seed;
-    uint64_t k;          /* ≥ 1; k ≥ n keeps every cell */
+    uint64_t k;          /* ≥ 1; k ≥ n (k ≥ set_count) keeps every cell (of S) */
     uint64_t block_size; /* blocks: B ≥ 1 */
     /* stratified: one code per cell, a negative code is a missing value */
     const int32_t *codes;
@@ -90,22 +115,28 @@ typedef struct zm_request {
     const double *coords;
     unsigned dims;       /* 1 to 3 */
     uint64_t grid_size;  /* G ≥ 1 boxes per axis */
+    /* the set S of cells to select among, or NULL for every cell */
+    const uint32_t *set; /* set_count positions, strictly ascending, each < n */
+    uint64_t set_count;  /* |S|: 1 ≤ set_count ≤ n; 0 when set is NULL */
 } zm_request;
 
 /* One stratum of a stratified or spatial selection, for explaining it. */
 typedef struct zm_stratum {
     uint64_t id;   /* the category code (the missing stratum: one past the
-                    * largest code) or the box number (non-finite: G^d) */
-    uint64_t size; /* its cells */
+                    * largest code among the cells selected from, which
+                    * over a set may be a category's code that S lacks:
+                    * missing says which) or the box number (non-finite: G^d) */
+    uint64_t size; /* its cells (of S, over a set) */
     uint64_t kept; /* the cells it keeps */
+    int missing;   /* stratified: 1 for the stratum of cells with no category */
 } zm_stratum;
 
 typedef struct zm_selection {
-    uint64_t n;            /* cells in the dataset */
-    uint64_t k;            /* cells kept: min(request k, n) */
-    uint32_t *positions;   /* k positions, ascending */
+    uint64_t n;            /* cells in the dataset (the request's n, over a set too) */
+    uint64_t k;            /* cells kept: min(request k, n), over a set min(k, set_count) */
+    uint32_t *positions;   /* k positions, ascending (a subset of S over a set) */
     uint32_t *order;       /* the same k positions in priority order */
-    zm_stratum *strata;    /* stratified and spatial: occupied strata in number order */
+    zm_stratum *strata;    /* stratified and spatial: occupied strata (of S) in number order */
     size_t strata_count;
 } zm_selection;
 
@@ -116,9 +147,16 @@ int zm_select(const zm_request *request, zm_selection *out, zm_err *err);
 void zm_selection_free(zm_selection *selection);
 
 /* Checks a request without selecting: the refusals zm_select would give that
- * do not depend on the cells. (A minimum that does not fit the strata does:
- * zm_select refuses it.) */
+ * do not depend on the cells' codes or coordinates (a minimum that does not
+ * fit the strata does: zm_select refuses it), the set included
+ * (zm_set_check). O(set_count). */
 int zm_request_check(const zm_request *request, zm_err *err);
+
+/* Checks a set of cells for a request over n cells: -EINVAL with a one-line
+ * reason for an empty set ("the set holds no cell"), one of more than n
+ * cells, a position ≥ n, or positions that are not strictly ascending (a
+ * repeat or a step down, named by its index). O(count). */
+int zm_set_check(const uint32_t *set, uint64_t count, uint64_t n, zm_err *err);
 
 /* Plain values made categories in code-point order: values[i] (lengths[i]
  * bytes of UTF-8, NULL for a missing value) gets the code of its category

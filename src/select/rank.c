@@ -164,7 +164,36 @@ static int compare_u32(const void *a, const void *b)
 /* Below this many ids, ranking them all and sorting is simplest and fastest. */
 #define SMALL_COUNT 4096
 
+/* The i-th id: members[i] over a set, i itself over every id. */
+static inline uint32_t member_at(const uint32_t *members, uint64_t i)
+{
+    return members ? members[i] : (uint32_t)i;
+}
+
+/* Whether id is one of the ids: below count over every id, found by
+ * bisection in the ascending members over a set. */
+static int is_member(const uint32_t *members, uint64_t count, uint32_t id)
+{
+    if (members == NULL)
+        return id < count;
+    uint64_t lo = 0, hi = count;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (members[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < count && members[lo] == id;
+}
+
 int zm__lowest_ranked(uint64_t count, uint64_t m, uint32_t key, uint32_t *ids, zm_err *err)
+{
+    return zm__lowest_ranked_of(NULL, count, m, key, ids, err);
+}
+
+int zm__lowest_ranked_of(const uint32_t *members, uint64_t count, uint64_t m, uint32_t key,
+                         uint32_t *ids, zm_err *err)
 {
     if (m > count)
         m = count;
@@ -172,19 +201,23 @@ int zm__lowest_ranked(uint64_t count, uint64_t m, uint32_t key, uint32_t *ids, z
         return 0;
     if (m == count) {
         for (uint64_t i = 0; i < count; i++)
-            ids[i] = (uint32_t)i;
+            ids[i] = member_at(members, i);
         return 0;
     }
     /* Few cells of many: walk the ranks upward from 0 instead of the ids.
-     * Rank r belongs to id fmix32^-1(r) ^ key, which counts when it is below
-     * count; the first m that do are the m lowest-ranked. That takes about
-     * m · 2^32 / count steps against 2 · count for the passes below, and
-     * keeps a request like k = 5 of n = 2^32 − 1 instant. */
-    if ((double)m * 4294967296.0 / (double)count < 2.0 * (double)count) {
+     * Rank r belongs to id fmix32^-1(r) ^ key, which counts when it is one
+     * of the ids; the first m such ids are the m lowest-ranked. That takes
+     * about m · 2^32 / count steps against 2 · count for the passes below
+     * (each step a bisection over a set's members), and keeps a request
+     * like k = 5 of n = 2^32 − 1 instant. */
+    double steps = (double)m * 4294967296.0 / (double)count;
+    if (members != NULL)
+        steps *= 1.0 + (double)zm_bit_length_u64(count);
+    if (steps < 2.0 * (double)count) {
         uint64_t found = 0;
         for (uint64_t r = 0; found < m && r <= UINT32_MAX; r++) {
             uint32_t id = zm__fmix32_inverse((uint32_t)r) ^ key;
-            if (id < count)
+            if (is_member(members, count, id))
                 ids[found++] = id;
         }
         return zm__radix_sort_u32(ids, m, err);
@@ -192,7 +225,7 @@ int zm__lowest_ranked(uint64_t count, uint64_t m, uint32_t key, uint32_t *ids, z
     if (count <= SMALL_COUNT) {
         uint32_t ranks[SMALL_COUNT];
         for (uint64_t i = 0; i < count; i++)
-            ranks[i] = zm__fmix32((uint32_t)i ^ key);
+            ranks[i] = zm__fmix32(member_at(members, i) ^ key);
         qsort(ranks, count, sizeof *ranks, compare_u32);
         for (uint64_t i = 0; i < m; i++)
             ids[i] = zm__fmix32_inverse(ranks[i]) ^ key;
@@ -207,7 +240,7 @@ int zm__lowest_ranked(uint64_t count, uint64_t m, uint32_t key, uint32_t *ids, z
         return zm_err_set(err, -ENOMEM, "out of memory ranking %llu cells",
                           (unsigned long long)count);
     for (uint64_t i = 0; i < count; i++)
-        histogram[zm__fmix32((uint32_t)i ^ key) >> 16]++;
+        histogram[zm__fmix32(member_at(members, i) ^ key) >> 16]++;
     uint64_t below = 0;
     uint32_t bucket = 0;
     while (below + histogram[bucket] < m)
@@ -216,7 +249,8 @@ int zm__lowest_ranked(uint64_t count, uint64_t m, uint32_t key, uint32_t *ids, z
     free(histogram);
 
     /* Pass 2: every id ranked below bucket b is kept; those in b are kept up
-     * to the threshold rank, found among b's ranks alone (about count/65536). */
+     * to the threshold rank, found among b's ranks alone (about count/65536).
+     * Ids are gathered in their order, ascending. */
     uint32_t *bucket_ranks = malloc(in_bucket * sizeof *bucket_ranks);
     uint32_t *gathered = malloc((below + in_bucket) * sizeof *gathered);
     if (bucket_ranks == NULL || gathered == NULL) {
@@ -227,11 +261,12 @@ int zm__lowest_ranked(uint64_t count, uint64_t m, uint32_t key, uint32_t *ids, z
     }
     uint64_t g = 0, c = 0;
     for (uint64_t i = 0; i < count; i++) {
-        uint32_t top = zm__fmix32((uint32_t)i ^ key) >> 16;
+        uint32_t id = member_at(members, i);
+        uint32_t top = zm__fmix32(id ^ key) >> 16;
         if (top <= bucket) {
-            gathered[g++] = (uint32_t)i;
+            gathered[g++] = id;
             if (top == bucket)
-                bucket_ranks[c++] = zm__fmix32((uint32_t)i ^ key);
+                bucket_ranks[c++] = zm__fmix32(id ^ key);
         }
     }
     qsort(bucket_ranks, in_bucket, sizeof *bucket_ranks, compare_u32);

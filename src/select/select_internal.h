@@ -36,6 +36,11 @@ static inline uint32_t zm__fmix32_inverse(uint32_t h)
  * into ids (m entries). O(count) time, O(m) memory beyond a fixed histogram. */
 int zm__lowest_ranked(uint64_t count, uint64_t m, uint32_t key, uint32_t *ids, zm_err *err);
 
+/* The same among members[0, count) (strictly ascending ids), or among
+ * [0, count) when members is NULL: the m lowest-ranked written ascending. */
+int zm__lowest_ranked_of(const uint32_t *members, uint64_t count, uint64_t m, uint32_t key,
+                         uint32_t *ids, zm_err *err);
+
 /* Sorts ids (count entries) by fmix32(id ^ key) ascending, in O(count). */
 int zm__sort_by_rank(uint32_t *ids, uint64_t count, uint32_t key, zm_err *err);
 
@@ -47,9 +52,13 @@ int zm__radix_sort_u32(uint32_t *values, uint64_t count, zm_err *err);
 /* Sorts uint64 values ascending in O(count) (LSD radix). */
 int zm__radix_sort_u64(uint64_t *values, uint64_t count, zm_err *err);
 
-/* Stratified and spatial selection over cells grouped into strata by key
- * (keys[p] for every cell; strata are the distinct keys ascending). */
-int zm__select_strata(const zm_request *request, const uint64_t *keys, zm_allocation allocation,
+/* Stratified and spatial selection over cells grouped into strata by key:
+ * the count cells members[0, count) (ascending positions; NULL: positions
+ * 0 … count−1), keys[i] the key of the i-th; strata are the distinct keys
+ * ascending. missing_key (UINT64_MAX: none) marks the stratum of cells
+ * without a category. */
+int zm__select_strata(const zm_request *request, const uint32_t *members, uint64_t count,
+                      const uint64_t *keys, uint64_t missing_key, zm_allocation allocation,
                       uint64_t minimum, zm_selection *out, zm_err *err);
 
 int zm__select_stratified(const zm_request *request, zm_selection *out, zm_err *err);
@@ -61,9 +70,11 @@ int zm__select_spatial(const zm_request *request, zm_selection *out, zm_err *err
 int zm__split_strata(const uint64_t *sizes, uint64_t count, uint64_t k, uint64_t minimum,
                      zm_allocation allocation, uint64_t *kept, zm_err *err);
 
-/* Spatial: the box of every cell (n entries), and the number of boxes G^d
- * (the box of a cell with a non-finite coordinate). */
-int zm__spatial_boxes(const double *coords, uint64_t n, unsigned dims, uint64_t grid_size,
-                      uint64_t *boxes, zm_err *err);
+/* Spatial: the box of each of the count cells members[0, count) (NULL:
+ * positions 0 … count−1), into boxes[i] for the i-th, with the bounds over
+ * those cells alone; G^d is the box of a cell with a non-finite coordinate.
+ * coords holds a row per position (members index it). */
+int zm__spatial_boxes(const double *coords, const uint32_t *members, uint64_t count,
+                      unsigned dims, uint64_t grid_size, uint64_t *boxes, zm_err *err);
 
 #endif

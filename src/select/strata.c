@@ -136,16 +136,25 @@ int zm__split_strata(const uint64_t *sizes, uint64_t count, uint64_t k, uint64_t
     return 0;
 }
 
-/* Keeps each stratum's kept[s] lowest-ranked cells. keys[p] names each cell's
- * stratum; the strata are the distinct keys in ascending order. */
-int zm__select_strata(const zm_request *request, const uint64_t *keys, zm_allocation allocation,
+/* The i-th cell's position: members[i] over a set, i itself over every cell. */
+static inline uint32_t member_at(const uint32_t *members, uint64_t i)
+{
+    return members ? members[i] : (uint32_t)i;
+}
+
+/* Keeps each stratum's kept[s] lowest-ranked cells. keys[i] names the i-th
+ * cell's stratum; the strata are the distinct keys in ascending order. Over
+ * a set the cells are its members, and n below counts them: everything here
+ * is over the cells selected from, never the dataset. */
+int zm__select_strata(const zm_request *request, const uint32_t *members, uint64_t count,
+                      const uint64_t *keys, uint64_t missing_key, zm_allocation allocation,
                       uint64_t minimum, zm_selection *out, zm_err *err)
 {
-    uint64_t n = request->n;
+    uint64_t n = count;
     uint32_t key = zm_seed_key(request->seed);
     int rc = 0;
     memset(out, 0, sizeof *out);
-    out->n = n;
+    out->n = request->n;
 
     /* Strata: the distinct keys ascending. */
     uint64_t *distinct = malloc((n ? n : 1) * sizeof *distinct);
@@ -176,17 +185,17 @@ int zm__select_strata(const zm_request *request, const uint64_t *keys, zm_alloca
         goto done;
     }
     out->strata_count = strata;
-    for (uint64_t p = 0; p < n; p++) {
+    for (uint64_t i = 0; i < n; i++) {
         /* Binary search: the stratum number of this cell's key. */
         uint64_t lo = 0, hi = strata;
         while (hi - lo > 1) {
             uint64_t mid = lo + (hi - lo) / 2;
-            if (distinct[mid] <= keys[p])
+            if (distinct[mid] <= keys[i])
                 lo = mid;
             else
                 hi = mid;
         }
-        stratum_of[p] = (uint32_t)lo;
+        stratum_of[i] = (uint32_t)lo;
         sizes[lo]++;
     }
 
@@ -201,9 +210,10 @@ int zm__select_strata(const zm_request *request, const uint64_t *keys, zm_alloca
         if (fill == NULL)
             rc = zm_err_set(err, -ENOMEM, "out of memory over %llu strata",
                             (unsigned long long)strata);
-        for (uint64_t p = 0; rc == 0 && p < n; p++) {
-            uint64_t s = stratum_of[p];
-            cells[starts[s] + fill[s]++] = (uint64_t)zm__fmix32((uint32_t)p ^ key) << 32 | p;
+        for (uint64_t i = 0; rc == 0 && i < n; i++) {
+            uint64_t s = stratum_of[i];
+            uint32_t p = member_at(members, i);
+            cells[starts[s] + fill[s]++] = (uint64_t)zm__fmix32(p ^ key) << 32 | p;
         }
         free(fill);
     }
@@ -218,6 +228,7 @@ int zm__select_strata(const zm_request *request, const uint64_t *keys, zm_alloca
             out->strata[s].id = distinct[s];
             out->strata[s].size = sizes[s];
             out->strata[s].kept = kept[s];
+            out->strata[s].missing = distinct[s] == missing_key;
         }
     }
     free(sizes);
@@ -254,19 +265,26 @@ done:
 
 int zm__select_stratified(const zm_request *request, zm_selection *out, zm_err *err)
 {
-    uint64_t n = request->n;
+    const uint32_t *members = request->set;
+    uint64_t n = members ? request->set_count : request->n;
     uint64_t *keys = malloc((n ? n : 1) * sizeof *keys);
     if (keys == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory reading %llu codes", (unsigned long long)n);
     /* Categories 0..C−1 keep their code; every missing value (a negative
-     * code) is the stratum after all of them. */
+     * code) is the stratum after all of them. Only the codes of the cells
+     * selected from are read (a set's view may leave the others unread). */
+    const int32_t *codes = request->codes;
     int32_t largest = -1;
-    for (uint64_t p = 0; p < n; p++)
-        if (request->codes[p] > largest)
-            largest = request->codes[p];
-    for (uint64_t p = 0; p < n; p++)
-        keys[p] = request->codes[p] < 0 ? (uint64_t)largest + 1 : (uint64_t)request->codes[p];
-    int rc = zm__select_strata(request, keys, request->allocation, request->minimum, out, err);
+    for (uint64_t i = 0; i < n; i++)
+        if (codes[member_at(members, i)] > largest)
+            largest = codes[member_at(members, i)];
+    uint64_t missing = (uint64_t)largest + 1;
+    for (uint64_t i = 0; i < n; i++) {
+        int32_t code = codes[member_at(members, i)];
+        keys[i] = code < 0 ? missing : (uint64_t)code;
+    }
+    int rc = zm__select_strata(request, members, n, keys, missing, request->allocation,
+                               request->minimum, out, err);
     free(keys);
     return rc;
 }
@@ -286,13 +304,14 @@ static double round_to_float32(double x)
     return (double)(float)x;
 }
 
-int zm__spatial_boxes(const double *coords, uint64_t n, unsigned dims, uint64_t grid_size,
-                      uint64_t *boxes, zm_err *err)
+int zm__spatial_boxes(const double *coords, const uint32_t *members, uint64_t count,
+                      unsigned dims, uint64_t grid_size, uint64_t *boxes, zm_err *err)
 {
     (void)err;
     double low[3] = {0, 0, 0}, high[3] = {0, 0, 0};
     int any_finite = 0;
-    for (uint64_t p = 0; p < n; p++) {
+    for (uint64_t i = 0; i < count; i++) {
+        uint64_t p = member_at(members, i);
         double x[3];
         int finite = 1;
         for (unsigned a = 0; a < dims; a++) {
@@ -313,7 +332,8 @@ int zm__spatial_boxes(const double *coords, uint64_t n, unsigned dims, uint64_t 
     for (unsigned a = 0; a < dims; a++)
         non_finite_box *= grid_size;
     const double grid = (double)grid_size; /* exact: G < 2^53 */
-    for (uint64_t p = 0; p < n; p++) {
+    for (uint64_t i = 0; i < count; i++) {
+        uint64_t p = member_at(members, i);
         /* A row with any non-finite coordinate is in the box past the grid.
          * Its finite coordinates may lie outside the bounds (which only
          * complete rows set), so none of them is placed on the grid. */
@@ -324,7 +344,7 @@ int zm__spatial_boxes(const double *coords, uint64_t n, unsigned dims, uint64_t 
             finite &= isfinite(x[a]) != 0;
         }
         if (!finite) {
-            boxes[p] = non_finite_box;
+            boxes[i] = non_finite_box;
             continue;
         }
         uint64_t box = 0, stride = 1;
@@ -343,21 +363,24 @@ int zm__spatial_boxes(const double *coords, uint64_t n, unsigned dims, uint64_t 
             box += b * stride;
             stride *= grid_size;
         }
-        boxes[p] = box;
+        boxes[i] = box;
     }
     return 0;
 }
 
 int zm__select_spatial(const zm_request *request, zm_selection *out, zm_err *err)
 {
-    uint64_t n = request->n;
+    const uint32_t *members = request->set;
+    uint64_t n = members ? request->set_count : request->n;
     uint64_t *boxes = malloc((n ? n : 1) * sizeof *boxes);
     if (boxes == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory placing %llu cells on the grid",
                           (unsigned long long)n);
-    int rc = zm__spatial_boxes(request->coords, n, request->dims, request->grid_size, boxes, err);
+    int rc = zm__spatial_boxes(request->coords, members, n, request->dims, request->grid_size,
+                               boxes, err);
     if (rc == 0)
-        rc = zm__select_strata(request, boxes, ZM_ALLOCATION_BALANCED, 0, out, err);
+        rc = zm__select_strata(request, members, n, boxes, UINT64_MAX, ZM_ALLOCATION_BALANCED, 0,
+                               out, err);
     free(boxes);
     return rc;
 }

@@ -184,7 +184,7 @@ static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
             const zm_stratum *s = &selection->strata[i];
             json_t *name;
             if (spec->kind == ZM_VIEW_STRATIFIED)
-                name = s->id < made->strata.count
+                name = !s->missing && s->id < made->strata.count
                            ? json_stringn(made->strata.names.bytes + made->strata.names.offsets[s->id],
                                           made->strata.names.offsets[s->id + 1] -
                                               made->strata.names.offsets[s->id])

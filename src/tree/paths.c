@@ -282,7 +282,18 @@ static int parse_sets(zm_tree *t, const char *path, const char *p, target *out, 
     char digest[17] = "";
     if (at != NULL)
         memcpy(digest, at + 1, 16);
-    int rc = zm__set_get(t, part, name_length, at ? digest : NULL, &out->spec.set, err);
+    /* NAME@<snapshot>: the kernel's inode of one version of the link. */
+    const char *sign = memchr(part, '@', n);
+    uint64_t snapshot = 0;
+    int rc;
+    if (at == NULL && sign != NULL && *p == '\0' &&
+        zm__parse_number(sign + 1, n - (size_t)(sign + 1 - part), SET_LINK_SNAPSHOT, UINT64_MAX,
+                         &snapshot) == 0) {
+        name_length = (size_t)(sign - part);
+        rc = zm__set_get_linked(t, part, name_length, snapshot, &out->spec.set, err);
+    } else {
+        rc = zm__set_get(t, part, name_length, at ? digest : NULL, &out->spec.set, err);
+    }
     if (rc != 0)
         return rc;
     if (at == NULL) {

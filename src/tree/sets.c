@@ -331,3 +331,23 @@ int zm__where_get(zm_tree *t, const char *key, const char *values, zm_view_set *
     *out = set;
     return 0;
 }
+
+int zm__set_get_linked(zm_tree *t, const char *name, size_t length, uint64_t snapshot,
+                       zm_view_set **out, zm_err *err)
+{
+    *out = NULL;
+    pthread_mutex_lock(&t->sets_mutex);
+    set_entry *e = t->sets_dir ? entry_named(t, name, length) : NULL;
+    zm_view_set *found = NULL;
+    if (e != NULL && e->set != NULL && zm__set_link_snapshot(e->set->digest) == snapshot)
+        found = e->set;
+    for (int v = 0; e != NULL && found == NULL && v < SET_VERSIONS_KEPT; v++)
+        if (e->old[v] != NULL && zm__set_link_snapshot(e->old[v]->digest) == snapshot)
+            found = e->old[v];
+    if (found != NULL)
+        *out = zm_view_set_ref(found);
+    pthread_mutex_unlock(&t->sets_mutex);
+    return found ? 0
+                 : zm_err_set(err, -ESTALE, "sets/%.*s: this version of the link is no longer "
+                              "kept: look it up again", (int)length, name);
+}

@@ -93,6 +93,12 @@ static int lookup_target(zm_tree *t, const char *path, const target *target_in, 
     if (tg.kind == T_LINK) {
         node->kind = ZM_NODE_LINK;
         node->size = strlen(tg.link);
+        /* sets/NAME moves when its file changes: the kernel keeps neither
+         * the name nor the link, and an inode for each version. */
+        if (tg.set_link) {
+            node->live = 1;
+            node->snapshot = zm__set_link_snapshot(tg.spec.set->digest);
+        }
         return 0;
     }
     if (tg.kind != T_VIEW)
@@ -790,4 +796,11 @@ json_t *zm_tree_priority_json(const zm_source *source)
         json_object_set_new(out, "note", json_string(text));
     }
     return out;
+}
+
+int zm__tree_changes(zm_tree *t, const char *path)
+{
+    (void)t;
+    /* sets/NAME: a set file may come, go or change while mounted. */
+    return strncmp(path, "sets/", 5) == 0 && strchr(path + 5, '/') == NULL;
 }

@@ -262,6 +262,21 @@ void zm__sets_close(zm_tree *t);
  * caller; -ENOENT with why. */
 int zm__set_get(zm_tree *t, const char *name, size_t length, const char *digest, zm_view_set **out,
                 zm_err *err);
+/* sets/NAME is a link the kernel keeps as an inode of each version it
+ * named (zm_node.snapshot: this bit and the version's digest shifted right
+ * once), so that a version's link never reads as another's: its inode is
+ * "sets/NAME@<snapshot>" (sets/NAME@DIGEST names the version's directory). */
+#define SET_LINK_SNAPSHOT (1ULL << 63)
+static inline uint64_t zm__set_link_snapshot(const char digest[17])
+{
+    uint64_t value = 0;
+    for (int i = 0; i < 16; i++)
+        value = value << 4 | (uint64_t)(digest[i] <= '9' ? digest[i] - '0' : digest[i] - 'a' + 10);
+    return SET_LINK_SNAPSHOT | value >> 1;
+}
+/* The version of sets/NAME whose link has this snapshot, current or kept. */
+int zm__set_get_linked(zm_tree *t, const char *name, size_t length, uint64_t snapshot,
+                       zm_view_set **out, zm_err *err);
 /* The names of the sets that verify now, each a link (to NAME@DIGEST). */
 int zm__sets_list(zm_tree *t, int (*emit)(void *context, const char *name, const char *link),
                   void *context);
