@@ -26,6 +26,7 @@ typedef struct zm_select_command {
     int size_only;      /* only the size */
     int32_t *codes;     /* owned storage behind request.codes */
     double *coords;     /* owned storage behind request.coords */
+    uint32_t *set;      /* owned storage behind request.set ("set": the cells to select among) */
 } zm_select_command;
 
 /* Reads a request object. -EINVAL with a one-line reason for anything the

@@ -45,7 +45,8 @@ int zm_select_command_run(const zm_select_command *command, FILE *out, zm_err *e
 {
     const zm_request *request = &command->request;
     if (command->size_only) {
-        uint64_t k = request->k < request->n ? request->k : request->n;
+        uint64_t count = request->set ? request->set_count : request->n;
+        uint64_t k = request->k < count ? request->k : count;
         fprintf(out, "{\"k\":%llu}\n", (unsigned long long)k);
         return 0;
     }
