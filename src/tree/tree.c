@@ -312,7 +312,7 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
     }
     case T_WHERE: {
         struct list_keys k = {emit, context};
-        return zm_view_strata_fields(t->source, emit_key, &k);
+        return zm_view_where_fields(t->source, emit_key, &k);
     }
     case T_WHERE_KEY: {
         struct list_keys k = {emit, context};
