@@ -658,16 +658,16 @@ Test(set, uniform_by_hand)
 Test(set, blocks_by_hand)
 {
     const uint32_t set[] = {0, 2, 4, 5, 9};
-    zm_request r = {.method = ZM_METHOD_BLOCKS, .n = 10, .block_size = 3, .set = set,
-                    .set_count = 5};
+    zm_request r = {
+        .method = ZM_METHOD_BLOCKS, .n = 10, .block_size = 3, .set = set, .set_count = 5};
     struct {
         uint64_t k;
         uint32_t positions[5], order[5];
     } const cases[] = {
-        {1, {4}, {4}},                     /* block 1 gives its first cell of S */
-        {2, {4, 5}, {4, 5}},               /* block 1 whole */
-        {3, {0, 4, 5}, {4, 5, 0}},         /* block 0 would exceed: its first 1 */
-        {4, {0, 2, 4, 5}, {4, 5, 0, 2}},   /* blocks 1 and 0 whole */
+        {1, {4}, {4}},                   /* block 1 gives its first cell of S */
+        {2, {4, 5}, {4, 5}},             /* block 1 whole */
+        {3, {0, 4, 5}, {4, 5, 0}},       /* block 0 would exceed: its first 1 */
+        {4, {0, 2, 4, 5}, {4, 5, 0, 2}}, /* blocks 1 and 0 whole */
         {5, {0, 2, 4, 5, 9}, {4, 5, 0, 2, 9}},
         {6, {0, 2, 4, 5, 9}, {4, 5, 0, 2, 9}},
     };
@@ -691,8 +691,13 @@ Test(set, stratified_by_hand)
 {
     int32_t codes[] = {0, 1, 2, 0, 1, -1, 2, 0, -1, 1};
     const uint32_t set[] = {0, 1, 3, 4, 5, 7, 8, 9};
-    zm_request r = {.method = ZM_METHOD_STRATIFIED, .n = 10, .k = 4, .codes = codes,
-                    .allocation = ZM_ALLOCATION_PROPORTIONAL, .set = set, .set_count = 8};
+    zm_request r = {.method = ZM_METHOD_STRATIFIED,
+                    .n = 10,
+                    .k = 4,
+                    .codes = codes,
+                    .allocation = ZM_ALLOCATION_PROPORTIONAL,
+                    .set = set,
+                    .set_count = 8};
     zm_selection s = select_ok(&r);
     expect_cells(&s, (uint32_t[]){0, 4, 5, 7}, (uint32_t[]){4, 7, 5, 0}, 4, "stratified");
     cr_assert_eq(s.strata_count, 3u);
@@ -731,8 +736,14 @@ Test(set, spatial_by_hand)
 {
     double coords[] = {0, 10, 1, 2, NAN, 3};
     const uint32_t set[] = {2, 3, 4, 5};
-    zm_request r = {.method = ZM_METHOD_SPATIAL, .n = 6, .k = 3, .coords = coords, .dims = 1,
-                    .grid_size = 2, .set = set, .set_count = 4};
+    zm_request r = {.method = ZM_METHOD_SPATIAL,
+                    .n = 6,
+                    .k = 3,
+                    .coords = coords,
+                    .dims = 1,
+                    .grid_size = 2,
+                    .set = set,
+                    .set_count = 4};
     zm_selection s = select_ok(&r);
     expect_cells(&s, (uint32_t[]){2, 4, 5}, (uint32_t[]){4, 2, 5}, 3, "spatial");
     cr_assert_eq(s.strata_count, 3u);
@@ -844,10 +855,9 @@ static void naive_blocks_set(const uint32_t *set, uint64_t count, uint64_t k, ui
 /* Stratified and spatial: keys[i] the i-th cell of S's stratum; strata the
  * distinct keys ascending, split by zm__split_strata (tested above), each
  * stratum's lowest-ranked kept, the whole by rank. */
-static void naive_strata_set(const uint32_t *set, uint64_t count, const uint64_t *keys,
-                             uint64_t k, uint32_t seed, uint64_t minimum,
-                             zm_allocation allocation, uint32_t *positions, uint32_t *order,
-                             uint64_t *kept_total)
+static void naive_strata_set(const uint32_t *set, uint64_t count, const uint64_t *keys, uint64_t k,
+                             uint32_t seed, uint64_t minimum, zm_allocation allocation,
+                             uint32_t *positions, uint32_t *order, uint64_t *kept_total)
 {
     uint64_t *distinct = malloc(count * sizeof *distinct);
     memcpy(distinct, keys, count * sizeof *distinct);
@@ -860,8 +870,8 @@ static void naive_strata_set(const uint32_t *set, uint64_t count, const uint64_t
     for (uint64_t i = 0; i < count; i++)
         for (uint64_t s = 0; s < strata; s++)
             sizes[s] += keys[i] == distinct[s];
-    cr_assert_eq(zm__split_strata(sizes, strata, k < count ? k : count, minimum, allocation, kept,
-                                  NULL), 0);
+    cr_assert_eq(
+        zm__split_strata(sizes, strata, k < count ? k : count, minimum, allocation, kept, NULL), 0);
     ranked *members = malloc(count * sizeof *members);
     uint64_t total = 0;
     for (uint64_t s = 0; s < strata; s++) {
@@ -949,16 +959,24 @@ Test(set, random_requests_match_brute_force)
                 for (uint64_t p = 0; p < n; p++) {
                     int32_t c = (int32_t)(next_random(&state) % 7);
                     codes[p] = c == 6 ? -1 : c;
-                    coords[2 * p] = next_random(&state) % 50 == 0 ? NAN
-                                                                  : (double)(next_random(&state) % 1000) / 7;
+                    coords[2 * p] = next_random(&state) % 50 == 0
+                                        ? NAN
+                                        : (double)(next_random(&state) % 1000) / 7;
                     coords[2 * p + 1] = (double)(next_random(&state) % 100) - 50;
                 }
-                zm_request r = {.method = (zm_method)method, .n = n, .k = k, .seed = seed,
-                                .block_size = b, .codes = codes, .coords = coords, .dims = 2,
+                zm_request r = {.method = (zm_method)method,
+                                .n = n,
+                                .k = k,
+                                .seed = seed,
+                                .block_size = b,
+                                .codes = codes,
+                                .coords = coords,
+                                .dims = 2,
                                 .grid_size = 1 + next_random(&state) % 9,
                                 .allocation = next_random(&state) % 2 ? ZM_ALLOCATION_BALANCED
                                                                       : ZM_ALLOCATION_PROPORTIONAL,
-                                .set = set, .set_count = count};
+                                .set = set,
+                                .set_count = count};
                 uint64_t want_k = k < count ? k : count;
                 uint32_t *positions = malloc(count * sizeof *positions);
                 uint32_t *order = malloc(count * sizeof *order);
@@ -972,8 +990,8 @@ Test(set, random_requests_match_brute_force)
                         for (uint64_t i = 0; i < count; i++)
                             largest = codes[set[i]] > largest ? codes[set[i]] : largest;
                         for (uint64_t i = 0; i < count; i++)
-                            keys[i] = codes[set[i]] < 0 ? (uint64_t)largest + 1
-                                                        : (uint64_t)codes[set[i]];
+                            keys[i] =
+                                codes[set[i]] < 0 ? (uint64_t)largest + 1 : (uint64_t)codes[set[i]];
                     } else {
                         naive_boxes_set(coords, set, count, r.grid_size, keys);
                     }
@@ -987,9 +1005,8 @@ Test(set, random_requests_match_brute_force)
                 zm_selection s = select_ok(&r);
                 char what[128];
                 snprintf(what, sizeof what, "%s n = %llu |S| = %llu k = %llu B = %llu",
-                         zm_method_name(r.method), (unsigned long long)n,
-                         (unsigned long long)count, (unsigned long long)k,
-                         (unsigned long long)b);
+                         zm_method_name(r.method), (unsigned long long)n, (unsigned long long)count,
+                         (unsigned long long)k, (unsigned long long)b);
                 expect_cells(&s, positions, order, want_k, what);
                 cr_assert_eq(s.n, n);
                 zm_selection_free(&s);
@@ -1039,8 +1056,11 @@ Test(set, every_position_is_no_set_at_scale)
             for (int method = 0; method < 2; method++) {
                 if (method == ZM_METHOD_UNIFORM && bi > 0)
                     continue;
-                zm_request none = {.method = (zm_method)method, .n = n, .k = ks[ki],
-                                   .seed = (uint32_t)(ki * 7 + bi), .block_size = bs[bi]};
+                zm_request none = {.method = (zm_method)method,
+                                   .n = n,
+                                   .k = ks[ki],
+                                   .seed = (uint32_t)(ki * 7 + bi),
+                                   .block_size = bs[bi]};
                 zm_request all = none;
                 all.set = every;
                 all.set_count = n;
@@ -1061,8 +1081,12 @@ Test(set, uniform_and_blocks_nested_over_a_set)
     const uint64_t n = 200000;
     uint32_t *set = random_set(n, 0.2, &state, &count);
     for (int method = 0; method < 2; method++) {
-        zm_request big = {.method = method ? ZM_METHOD_BLOCKS : ZM_METHOD_UNIFORM, .n = n,
-                          .k = count * 3 / 4, .seed = 5, .block_size = 29, .set = set,
+        zm_request big = {.method = method ? ZM_METHOD_BLOCKS : ZM_METHOD_UNIFORM,
+                          .n = n,
+                          .k = count * 3 / 4,
+                          .seed = 5,
+                          .block_size = 29,
+                          .set = set,
                           .set_count = count};
         zm_selection sb = select_ok(&big);
         const uint64_t ks[] = {1, 5, 6, 7, 100, 1000, count / 2, count * 3 / 4 - 1};
@@ -1106,8 +1130,12 @@ Test(set, largest_n)
         uint32_t *positions = malloc(count * sizeof *positions);
         uint32_t *order = malloc(count * sizeof *order);
         for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++) {
-            zm_request r = {.method = ZM_METHOD_UNIFORM, .n = n, .k = ks[t], .seed = 11,
-                            .set = set, .set_count = count};
+            zm_request r = {.method = ZM_METHOD_UNIFORM,
+                            .n = n,
+                            .k = ks[t],
+                            .seed = 11,
+                            .set = set,
+                            .set_count = count};
             naive_uniform_set(set, count, ks[t], 11, positions, order);
             zm_selection s = select_ok(&r);
             expect_cells(&s, positions, order, ks[t], "uniform at n = 2^32 - 1");
@@ -1143,8 +1171,12 @@ Test(set, every_small_set)
                     set[count++] = p;
             for (uint64_t k = 1; k <= count + 1; k++) {
                 uint64_t want = k < count ? k : count;
-                zm_request r = {.method = ZM_METHOD_UNIFORM, .n = n, .k = k, .seed = mask,
-                                .set = set, .set_count = count};
+                zm_request r = {.method = ZM_METHOD_UNIFORM,
+                                .n = n,
+                                .k = k,
+                                .seed = mask,
+                                .set = set,
+                                .set_count = count};
                 naive_uniform_set(set, count, want, mask, positions, order);
                 zm_selection s = select_ok(&r);
                 expect_cells(&s, positions, order, want, "uniform, a small set");

@@ -12,7 +12,7 @@
 static const char *const known_keys[] = {
     "method", "n", "seed", "k", "share", "percent", "blockSize", "codes", "values",
     "allocation", "minimum", "coords", "columns", "gridSize", "summary", "sizeOnly",
-    "field", "embedding",
+    "field", "embedding", "set",
 };
 
 /* A JSON integer, or a real with an integral value (5.0, 1e3: what a writer
@@ -229,7 +229,33 @@ static int read_coords(const json_t *root, const json_t *array, zm_select_comman
     return 0;
 }
 
-/* The size: exactly one of k, share, percent. */
+/* "set": the cells to select among, strictly ascending positions below n
+ * (checked here, so that a sizeOnly request is refused for a bad set too). */
+static int read_set(const json_t *root, zm_select_command *command, zm_err *err)
+{
+    json_t *array = json_object_get(root, "set");
+    if (array == NULL)
+        return 0;
+    if (!json_is_array(array))
+        return zm_err_set(err, -EINVAL, "\"set\" must be an array of cell positions");
+    size_t length = json_array_size(array);
+    command->set = malloc((length ? length : 1) * sizeof *command->set);
+    if (command->set == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory reading a set of %zu cells", length);
+    for (size_t i = 0; i < length; i++) {
+        int64_t v;
+        if (!integral_value(json_array_get(array, i), &v) || v < 0 || v > UINT32_MAX)
+            return zm_err_set(err, -EINVAL,
+                              "set[%zu] is not a cell position (an integer from 0 to 2^32 - 1)", i);
+        command->set[i] = (uint32_t)v;
+    }
+    command->request.set = command->set;
+    command->request.set_count = length;
+    return zm_set_check(command->set, length, command->request.n, err);
+}
+
+/* The size: exactly one of k, share, percent; a share is of the cells
+ * selected from (the set's, when there is one). */
 static int read_size(const json_t *root, zm_select_command *command, zm_err *err)
 {
     json_t *k = json_object_get(root, "k");
@@ -239,7 +265,7 @@ static int read_size(const json_t *root, zm_select_command *command, zm_err *err
     if (given != 1)
         return zm_err_set(err, -EINVAL, given == 0 ? "give the size as one of \"k\", \"share\", \"percent\""
                                                    : "give only one of \"k\", \"share\", \"percent\"");
-    uint64_t n = command->request.n;
+    uint64_t n = command->request.set ? command->request.set_count : command->request.n;
     if (k != NULL) {
         int64_t v;
         if (!integral_value(k, &v))
@@ -443,7 +469,7 @@ int zm_select_command_parse_source(const json_t *root, struct zm_source *source,
     if (!n_given)
         return zm_err_set(err, -EINVAL, "the request has no \"n\" (nor cells that give it)");
 
-    if ((rc = read_size(root, command, err)) != 0)
+    if ((rc = read_set(root, command, err)) != 0 || (rc = read_size(root, command, err)) != 0)
         return rc;
     if (command->size_only)
         return 0;
@@ -454,5 +480,6 @@ void zm_select_command_free(zm_select_command *command)
 {
     free(command->codes);
     free(command->coords);
+    free(command->set);
     memset(command, 0, sizeof *command);
 }

@@ -76,15 +76,15 @@ int zm_set_check(const uint32_t *set, uint64_t count, uint64_t n, zm_err *err)
     if (count == 0)
         return zm_err_set(err, -EINVAL, "the set holds no cell: a subsample keeps at least one");
     if (count > n)
-        return zm_err_set(err, -EINVAL, "the set holds %llu cells, more than the %llu of the dataset",
+        return zm_err_set(err, -EINVAL,
+                          "the set holds %llu cells, more than the %llu of the dataset",
                           (unsigned long long)count, (unsigned long long)n);
     if (set == NULL)
         return zm_err_set(err, -EINVAL, "the set of %llu cells has no positions",
                           (unsigned long long)count);
     for (uint64_t i = 0; i < count; i++) {
         if (set[i] >= n)
-            return zm_err_set(err, -EINVAL,
-                              "set[%llu] = %u is past the last cell (n = %llu)",
+            return zm_err_set(err, -EINVAL, "set[%llu] = %u is past the last cell (n = %llu)",
                               (unsigned long long)i, set[i], (unsigned long long)n);
         if (i > 0 && set[i] <= set[i - 1])
             return zm_err_set(err, -EINVAL,

@@ -74,7 +74,7 @@ int zm__split_strata(const uint64_t *sizes, uint64_t count, uint64_t k, uint64_t
  * positions 0 … count−1), into boxes[i] for the i-th, with the bounds over
  * those cells alone; G^d is the box of a cell with a non-finite coordinate.
  * coords holds a row per position (members index it). */
-int zm__spatial_boxes(const double *coords, const uint32_t *members, uint64_t count,
-                      unsigned dims, uint64_t grid_size, uint64_t *boxes, zm_err *err);
+int zm__spatial_boxes(const double *coords, const uint32_t *members, uint64_t count, unsigned dims,
+                      uint64_t grid_size, uint64_t *boxes, zm_err *err);
 
 #endif

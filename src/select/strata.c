@@ -304,8 +304,8 @@ static double round_to_float32(double x)
     return (double)(float)x;
 }
 
-int zm__spatial_boxes(const double *coords, const uint32_t *members, uint64_t count,
-                      unsigned dims, uint64_t grid_size, uint64_t *boxes, zm_err *err)
+int zm__spatial_boxes(const double *coords, const uint32_t *members, uint64_t count, unsigned dims,
+                      uint64_t grid_size, uint64_t *boxes, zm_err *err)
 {
     (void)err;
     double low[3] = {0, 0, 0}, high[3] = {0, 0, 0};

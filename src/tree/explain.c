@@ -233,7 +233,7 @@ int zm__tree_explain(zm_tree *t, const char *path, json_t **out, zm_err *err)
         return zm_err_set(err, -ENOMEM, "out of memory");
     static const char *const what[] = {
         [T_ROOT] = "the mount: one directory a method (full, file, uniform, blocks, stratified, "
-                   "spatial) and .zarrmount",
+                   "spatial), where/ and sets/ (the methods over sets of cells) and .zarrmount",
         [T_INFO_DIR] = "the mount's own files",
         [T_INFO_FILE] = "the source, its identity, the version and the options",
         [T_STATS_FILE] = "the mount's counters, per view and in total (a new snapshot at every "

@@ -276,7 +276,10 @@ struct list_links {
 static int emit_link(void *context, const char *name, const char *link)
 {
     struct list_links *l = context;
-    return emit_name(l->emit, l->context, name, ZM_NODE_LINK, strlen(link));
+    /* Without attributes: the kernel then looks the name up (a live
+     * link, whose version it must not keep) rather than keep it. */
+    (void)link;
+    return emit_name(l->emit, l->context, name, ZM_NODE_LINK, ZM_SIZE_UNKNOWN);
 }
 
 static int list_target(zm_tree *t, const char *path, const target *target_in, zm__tree_emit emit,
@@ -312,7 +315,7 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
     }
     case T_WHERE: {
         struct list_keys k = {emit, context};
-        return zm_view_strata_fields(t->source, emit_key, &k);
+        return zm_view_where_fields(t->source, emit_key, &k);
     }
     case T_WHERE_KEY: {
         struct list_keys k = {emit, context};
@@ -656,6 +659,12 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
             "element", t->b0.element, "options", "codec", codec, "chunkBytes",
             (json_int_t)t->chunk_bytes, "cacheBytes",
             (json_int_t)memory);
+        /* The sets directory, which explain of a path of the mount reads. */
+        if (info != NULL && t->sets_dir != NULL) {
+            char shown[4096];
+            zm_text_utf8_copy(shown, sizeof shown, t->sets_dir);
+            json_object_set_new(json_object_get(info, "options"), "sets", json_string(shown));
+        }
         json_t *priority = zm_tree_priority_json(t->source);
         if (info != NULL && priority != NULL)
             json_object_set_new(info, "priority", priority);

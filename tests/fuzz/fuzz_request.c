@@ -101,10 +101,11 @@ static void check_result(json_t *result, const zm_select_command *command)
 {
     const zm_request *request = &command->request;
     uint64_t n = request->n;
-    uint64_t expected_k = request->k < n ? request->k : n;
+    uint64_t selected_from = request->set ? request->set_count : n;
+    uint64_t expected_k = request->k < selected_from ? request->k : selected_from;
     json_t *k_member = json_object_get(result, "k");
     ZM_FUZZ_CHECK(json_is_integer(k_member) && (uint64_t)json_integer_value(k_member) == expected_k,
-                  "k is not min(request k, n) = %llu", (unsigned long long)expected_k);
+                  "k is not min(request k, n or |set|) = %llu", (unsigned long long)expected_k);
     if (command->size_only) {
         ZM_FUZZ_CHECK(json_object_size(result) == 1, "sizeOnly gave more than k");
         return;
@@ -133,6 +134,13 @@ static void check_result(json_t *result, const zm_select_command *command)
         ZM_FUZZ_CHECK(count == k && order_count == k, "%zu positions and %zu in order for k = %zu",
                       count, order_count, k);
         check_positions(positions, count, n);
+        /* Over a set, every position kept is one of the set's. */
+        for (size_t i = 0, j = 0; request->set != NULL && i < count; i++) {
+            while (j < request->set_count && request->set[j] < positions[i])
+                j++;
+            ZM_FUZZ_CHECK(j < request->set_count && request->set[j] == positions[i],
+                          "position %u is not in the set", positions[i]);
+        }
         qsort(order, order_count, sizeof *order, by_value);
         ZM_FUZZ_CHECK(k == 0 || memcmp(order, positions, k * sizeof *order) == 0,
                       "order is not a permutation of positions");

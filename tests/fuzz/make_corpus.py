@@ -142,6 +142,18 @@ def requests():
         # Regressions: a row with a non-finite coordinate and a finite one outside the
         # complete rows' bounds (undefined behaviour in the spatial boxes; test_select.c).
         '{"method": "spatial", "k": 2, "coords": [[5, 5], [NaN, 2], [3, Infinity], [4, 5]]}',
+        # Over a set of cells (issue 21): every method, shares of |S|, and each refusal.
+        '{"method": "uniform", "n": 10, "k": 2, "set": [1, 3, 4, 7, 8]}',
+        '{"method": "blocks", "n": 10, "k": 3, "blockSize": 3, "set": [0, 2, 4, 5, 9]}',
+        '{"method": "stratified", "codes": [0, 1, 2, 0, 1, null, 2, 0, null, 1], "k": 4, '
+        '"set": [0, 1, 3, 4, 5, 7, 8, 9]}',
+        '{"method": "spatial", "coords": [[0], [10], [1], [2], [NaN], [3]], "gridSize": 2, '
+        '"k": 3, "set": [2, 3, 4, 5]}',
+        '{"method": "uniform", "n": 4294967295, "share": "0.5", "set": [0, 4294967294]}',
+        '{"method": "uniform", "n": 10, "k": 2, "set": []}',
+        '{"method": "uniform", "n": 10, "k": 2, "set": [3, 3]}',
+        '{"method": "uniform", "n": 10, "k": 2, "set": [3, 10]}',
+        '{"method": "uniform", "n": 10, "k": 2, "set": [-1, 2.5]}',
     ]:
         write("request", r)
 
