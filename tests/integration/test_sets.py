@@ -725,8 +725,17 @@ NON_CANONICAL = [
     (b"where/donor_text/d%2f1", "lowercase hex in a string value"),
     (b"where/score/0.5", "a column of numbers"),
     (b"where/nope/lung", "an obs key that does not exist"),
-    (b"where/tissue/unused", "a category no cell holds"),
+    (b"where/tissue/unused", "a category no cell holds: no cells"),
+    (b"where/tissue/lung,lung", "a value listed twice"),
+    (b"where/donor_text/nobody", "a string no cell holds: no cells"),
 ]
+
+
+# Spellings of a value that exists, with the one that resolves: explain's reason gives it.
+RESPELLED = [(b"where/tissue/CD4%2fCD8", "CD4%2FCD8"), (b"where/tissue/%6Cung", "lung"),
+             (b"where/tissue/%2e", "%2E"), (b"where/tissue/%2Ehidden", ".hidden"),
+             (b"where/tissue/sp%20ace", "sp ace"), (b"where/tissue/Zelle-%C3%BC", "Zelle-\u00fc"),
+             (b"where/tissue/tab\there", "tab%09here"), (b"where/tissue/del\x7fx", "del%7Fx")]
 
 
 def check_non_canonical(mount):
@@ -734,6 +743,11 @@ def check_non_canonical(mount):
         code = error_of(os.stat, join(mount.point, path))
         check(f"escapes: {path!r}: ENOENT ({what})", code == errno.ENOENT,
               f"stat gives {errno.errorcode.get(code, code) if code else 'success'}")
+    for path, right in RESPELLED:
+        code, document, text = explain(join(mount.point, path))
+        reason = (document or {}).get("reason") or "" if isinstance(document, dict) else ""
+        check(f"escapes: explain {path!r} exits 2 and gives the spelling that resolves, {right!r}",
+              code == 2 and right in reason, text[-400:])
 
 
 def priority_checks(work):
