@@ -135,8 +135,9 @@ int zm__tree_getattr(zm_tree *tree, const char *path, zm_node *node, zm_err *err
 void zm__tree_release_snapshot(zm_tree *tree, uint64_t snapshot);
 
 /* Whether what path names (or that it names nothing) may change while
- * mounted: a name in sets/ (a set file added, changed or removed). The
- * kernel must then not remember a lookup that found nothing. */
+ * mounted: sets/ (its listing) and a name in it (a set file added, changed
+ * or removed). The kernel must then keep neither the listing nor a lookup
+ * that found nothing. */
 int zm__tree_changes(zm_tree *tree, const char *path);
 
 /* Counts an open of path in its view's counters (the tree sees lookups,

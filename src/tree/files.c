@@ -429,6 +429,10 @@ static void file_key_text(zm_view *view, const char *full_path, const place *w, 
                                  chunk);
     for (unsigned d = 0; d < n->meta.rank && at < size; d++)
         at += (size_t)snprintf(key + at, size - at, "%" PRIu64 ",", n->meta.chunks[d]);
+    /* Nested over the same cells only: a set's views among themselves. */
+    const zm_view_set *set = spec->set;
+    if (set != NULL && at < size)
+        snprintf(key + at, size - at, "|set=%s", set->digest);
 }
 
 int zm__file_in_cache(zm_tree *t, zm_view *view, view_stats *vs, const char *full_path,

@@ -88,12 +88,10 @@ static void refresh_locked(zm_tree *t, set_entry *e)
     e->inode = st.st_ino;
     e->size = st.st_size;
     e->mtime_ns = mtime_of(&st);
-    char name[ZM_ELEMENT_NAME_MAX + 8];
-    snprintf(name, sizeof name, "sets/%s", e->name);
     zm_view_set *set = NULL;
     zm_err why;
     zm_err_clear(&why);
-    int rc = zm_view_set_from_file(t->source, e->file, name, &set, &why);
+    int rc = zm_view_set_from_file(t->source, e->file, e->name, &set, &why);
     if (rc != 0) {
         /* The version before stays served under its digest, but the
          * name no longer resolves to it. */
@@ -145,9 +143,12 @@ static void scan_locked(zm_tree *t)
             /* NAME.json and NAME.txt: which one is meant is not said. */
             retire(e);
             e->device = 0;
-            snprintf(e->reason, sizeof e->reason,
-                     "both %s.json and %s.txt are in %s: rename one of them", e->name, e->name,
-                     t->sets_dir);
+            char reason[ZM_REASON_MAX];
+            snprintf(reason, sizeof reason, "both %s.json and %s.txt are in %s: rename one of them",
+                     e->name, e->name, t->sets_dir);
+            if (strcmp(reason, e->reason) != 0) /* said once */
+                zm_log(LOG_WARNING, "sets/%s: not served: %s", e->name, reason);
+            snprintf(e->reason, sizeof e->reason, "%s", reason);
             e->present = 2;
             continue;
         }

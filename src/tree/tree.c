@@ -809,7 +809,9 @@ json_t *zm_tree_priority_json(const zm_source *source)
 
 int zm__tree_changes(zm_tree *t, const char *path)
 {
-    (void)t;
-    /* sets/NAME: a set file may come, go or change while mounted. */
+    /* sets/ and sets/NAME: a set file may come, go or change while
+     * mounted (a mount without -o sets= has no sets/). */
+    if (strcmp(path, "sets") == 0)
+        return t->sets_dir != NULL;
     return strncmp(path, "sets/", 5) == 0 && strchr(path + 5, '/') == NULL;
 }
