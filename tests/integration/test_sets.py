@@ -649,6 +649,33 @@ def check_where_listing(mount, src, key):
           f"missing {sorted(want - set(names))[:6]}; listed but not resolving {unresolved[:6]}; listed {names[:10]}")
 
 
+def check_floor(path, sets_dir, n):
+    """A view of a set reads only the source chunks holding its cells: a set of the first
+    twentieth of the rows reads about that share of X, not all of it (a fresh mount, no disk
+    cache, nothing made ahead: the view's own counters in stats.json)."""
+    first = np.arange(0, max(1, n // 20), dtype=np.int64)
+    os.makedirs(sets_dir, exist_ok=True)
+    write_json_set(sets_dir, "first", first, n)
+    with h5py.File(path, "r") as f:
+        stored = sum(f["X"][part].id.get_storage_size() for part in ("data", "indices", "indptr"))
+    with Mount(path, *OPTIONS, f"sets={sets_dir}", debug=False) as mount:
+        link = os.readlink(join(mount.point, "sets", "first"))
+        store = join(mount.point, "sets", "first", "file")
+        for part in ("data", "indices", "indptr"):
+            directory = join(store, "X", part)
+            for name in os.listdir(directory):
+                if not name.startswith("."):
+                    with open(join(directory, name), "rb") as chunk:
+                        chunk.read()
+        with open(join(mount.point, ".zarrmount", "stats.json"), "rb") as f:
+            views = json.load(f)["views"]
+    key = "sets/" + link + "/file"
+    read = views.get(key, {}).get("source", {}).get("bytesRead")
+    check(f"escapes: sets/first/file/ (the first {len(first)} of {n} rows) reads a share of X's "
+          f"{stored} stored bytes, not all of them", read is not None and 0 < read <= stored * 0.25,
+          f"{read} bytes read by {key} (views: {sorted(views)[:6]})")
+
+
 def escapes_checks(work):
     path = os.path.join(work, "escapes.h5ad")
     write_escapes(path)
@@ -697,6 +724,7 @@ def escapes_checks(work):
         kernel_agrees(src, cases[0], "tissue", "X_umap")
         check_refused_set(mount, sets_dir, "dup-name", ["dup-A"], listed)
         check_non_canonical(mount)
+    check_floor(path, os.path.join(work, "sets-floor"), n)
 
 
 NON_CANONICAL = [
