@@ -48,6 +48,10 @@ int zm_select_command_run(const zm_select_command *command, FILE *out, zm_err *e
 int zm_select_main(FILE *in, FILE *out);
 /* The same with --source FILE (NULL: none). */
 int zm_select_main_source(FILE *in, FILE *out, const char *source);
+/* The same, selecting among the cells of a set file (set_path: NAME.json,
+ * a Cellucid cell set, or NAME.txt, obs names; as -o sets= reads them),
+ * which needs the source. */
+int zm_select_main_set(FILE *in, FILE *out, const char *source, const char *set_path);
 
 /* `zarrmount inspect FILE [--json]` (argv after "inspect"). Returns the exit
  * code. */

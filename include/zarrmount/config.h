@@ -36,6 +36,7 @@ typedef struct zm_config {
     uint64_t cache_bytes;      /* memory kept for reuse, split as ZM_DEFAULT_CACHE_BYTES says;
                                 * 0: the default */
     const char *cache_dir;     /* the disk cache; NULL: the default directory; "none": off */
+    const char *sets_dir;      /* -o sets=DIR, made absolute; NULL: no sets/ */
     uint64_t cache_max;        /* the disk cache's bound; 0: the default */
     /* Threads that read, decode and encode chunks: the source's decode pool
      * (the reading thread and threads - 1 workers) and the threads that

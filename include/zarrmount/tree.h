@@ -25,6 +25,7 @@ typedef struct zm_tree_options {
     const char *cache_dir;       /* chunks of walked views kept across mounts: NULL for the
                                   * default directory, "none" for no disk cache */
     uint64_t cache_max;          /* the disk cache's bound; 0: 4 GiB */
+    const char *sets_dir;        /* -o sets=DIR (absolute): the sets sets/ serves; NULL: none */
     /* Synthesis ahead: a view's chunks are made at idle priority once it is
      * read, until no reader has asked anything of it for ahead_idle_seconds
      * (negative: the default, 5; 0: off), at most ahead_rate a second (0:
@@ -132,6 +133,12 @@ int zm__tree_getattr(zm_tree *tree, const char *path, zm_node *node, zm_err *err
 /* The kernel forgot the inode of a snapshot (zm_node.snapshot): it is
  * freed, and "<path>@<snapshot>" no longer read. */
 void zm__tree_release_snapshot(zm_tree *tree, uint64_t snapshot);
+
+/* Whether what path names (or that it names nothing) may change while
+ * mounted: sets/ (its listing) and a name in it (a set file added, changed
+ * or removed). The kernel must then keep neither the listing nor a lookup
+ * that found nothing. */
+int zm__tree_changes(zm_tree *tree, const char *path);
 
 /* Counts an open of path in its view's counters (the tree sees lookups,
  * listings and reads itself; opens reach only the FUSE layer). */

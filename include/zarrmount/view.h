@@ -43,6 +43,10 @@ typedef struct zm_view_spec {
     unsigned columns[3];
     unsigned column_count; /* 0: the first min(3, columns) */
     uint64_t grid_size;    /* 0: ZM_DEFAULT_GRID_SIZE */
+    /* The cells the method runs over (sets/NAME/, where/KEY/VALUES/), or
+     * NULL for every cell. Borrowed: zm_view_create takes a reference of
+     * its own, let go when the view is freed. */
+    struct zm_view_set *set;
 } zm_view_spec;
 
 /* ---- What stratified and spatial views split by ------------------------------ */
@@ -294,5 +298,101 @@ typedef struct zm_view_selection {
 int zm_view_select(zm_source *source, const zm_view_spec *spec, zm_view_selection *out,
                    zm_err *err);
 void zm_view_selection_free(zm_view_selection *selection);
+
+/* ---- Sets of cells ---------------------------------------------------------------
+ *
+ * A user's own cells, which every method can then run over (sets/NAME/ and
+ * where/KEY/VALUES/ in a mount, select --set): from a file (a Cellucid cell
+ * set, or obs names one a line) or from an obs column's values. A set is
+ * made once and shared, counted: whoever keeps one holds a reference. */
+typedef struct zm_view_set {
+    _Atomic unsigned refs;   /* zm_view_set_ref / zm_view_set_unref (freed at 0) */
+    uint32_t *positions;     /* the cells, as original positions, strictly ascending */
+    uint64_t count;          /* >= 1 */
+    uint64_t n;              /* cells of the source it is a set of */
+    char digest[17];         /* zm_cellset_digest(positions, count, n) */
+    char *name;              /* "sets/NAME" or "where/KEY/VALUES" as the path spells it */
+    /* What a store's root .zattrs records and explain shows: a file's set
+     * {"name": NAME, "digest", "size": count, "file": path}; where/'s
+     * {"key": KEY, "values": [the values, decoded, in the path's order],
+     * "size": count}. */
+    struct json_t *record;
+} zm_view_set;
+zm_view_set *zm_view_set_ref(zm_view_set *set);
+void zm_view_set_unref(zm_view_set *set); /* NULL: nothing */
+
+/* The largest set file read: past it a file is refused (-EFBIG). A
+ * Cellucid set of n cells takes at most about 7n bytes of base64; a file of
+ * names as many bytes as its lines. */
+#define ZM_VIEW_SET_FILE_MAX ((uint64_t)1 << 30)
+
+/* A set from a file, chosen by its extension: NAME.json, a Cellucid cell set
+ * ({"cells": {"kept": base64 of the LEB128 gaps, "digest", "spec": {"nObs",
+ * ...}}}: used only when nObs is the source's cell count, every position is
+ * below it and the digest is the decoded positions'; its positions are
+ * original positions); NAME.txt, obs names one a line (UTF-8; a leading
+ * byte order mark skipped, a trailing "\r" stripped, lines empty or of
+ * spaces and tabs alone ignored; every other line, every byte of it, names
+ * exactly one cell, and no cell twice). name is NAME. The file is read
+ * whole, in one pass, and refused if it changed while read. Returns 0 with
+ * *out (one reference), or: -EINVAL with the reason for a file that is not
+ * a set of this source's cells (which line, which field, which rule); -EFBIG
+ * past ZM_VIEW_SET_FILE_MAX; -EAGAIN when it changed while read; open's and
+ * read's -errno; -ENOMEM; a read of obs's index's -EIO. */
+int zm_view_set_from_file(zm_source *source, const char *path, const char *name,
+                          zm_view_set **out, zm_err *err);
+
+/* Whether obs/<key> can filter cells (a categorical, string, boolean or
+ * nullable boolean column, one value a cell, whose key is UTF-8: the
+ * columns that can stratify): 0, or -ENOENT with the reason. Reads
+ * nothing. */
+int zm_view_where_check(zm_source *source, const char *key, zm_err *err);
+/* The obs keys where/ lists: those zm_view_where_check takes, in the file's
+ * order (zm_view_strata_fields' but for a key that is not UTF-8). emit
+ * returns non-zero to stop (returned). */
+int zm_view_where_fields(zm_source *source, zm_view_key_emit emit, void *context);
+
+/* The set where/KEY/VALUES names: values is that path component as spelled,
+ * values escaped (zm_view_where_escape) and separated by ",", in any order.
+ * The cells whose obs/<key> is one of the values: a categorical's category
+ * names (one it does not have refused), any strings of a string column,
+ * "true" and "false" for a boolean. A cell whose value is missing (code -1,
+ * a nullable boolean's mask) is in no such set. -ENOENT with the reason for
+ * anything that names no cell, or is not the canonical spelling (a value
+ * escaped otherwise, empty, listed twice, or not UTF-8); -ENOMEM; a read's
+ * -EIO. */
+int zm_view_set_where(zm_source *source, const char *key, const char *values, zm_view_set **out,
+                      zm_err *err);
+
+/* The most values where/<key>/ lists of a string column: one with more
+ * distinct values lists none (any of them still resolves). */
+#define ZM_VIEW_WHERE_LISTED_MAX 1000
+/* The longest escaped value: one path component (NAME_MAX). */
+#define ZM_VIEW_WHERE_COMPONENT_MAX 255
+
+/* The values where/<key>/ lists, each escaped as a path component: a
+ * categorical's categories in their order, a boolean's false then true, a
+ * string column's distinct values in code-point order when it has at most
+ * ZM_VIEW_WHERE_LISTED_MAX of them. Only values that resolve are listed:
+ * held by at least one cell, not empty, UTF-8, at most
+ * ZM_VIEW_WHERE_COMPONENT_MAX bytes escaped, and a name two categories share
+ * once. Returns 0, emit's non-zero value (it stopped), or a negative errno
+ * with err (-ENOENT as zm_view_where_check says). */
+int zm_view_where_values(zm_source *source, const char *key, zm_view_key_emit emit, void *context,
+                         zm_err *err);
+
+/* One value (length bytes, any bytes) as a path component: "%XX" (uppercase
+ * hex) for '%', '/', ',', bytes below 0x20 and 0x7F, and for each byte of a
+ * value that is "." or ".."; every other byte (UTF-8 included) as it is.
+ * Writes it and a NUL into out (size bytes); returns the bytes written (the
+ * NUL not counted), or -ENAMETOOLONG when they do not fit. */
+int zm_view_where_escape(const char *value, size_t length, char *out, size_t size);
+/* Its inverse, for one value's spelling (length bytes, no ","): the value
+ * and a NUL into out (size bytes; the value may hold a NUL byte), returning
+ * its length; -ENOENT for a spelling zm_view_where_escape does not write (a
+ * "%" not followed by two uppercase hex digits, a byte escaped that need
+ * not be, one left as it is that must be escaped); -ENAMETOOLONG when out is
+ * too small. */
+int zm_view_where_unescape(const char *component, size_t length, char *out, size_t size);
 
 #endif

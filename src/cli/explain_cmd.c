@@ -18,7 +18,7 @@
 
 /* For MNT/PATH: the mount's root (the longest prefix holding
  * .zarrmount/info.json), its source, and the path inside. */
-static int find_mount(const char *given, char **source, char **inside, zm_err *err)
+static int find_mount(const char *given, char **source, char **inside, char **sets, zm_err *err)
 {
     char absolute[PATH_MAX * 2];
     if (given[0] == '/') {
@@ -48,6 +48,10 @@ static int find_mount(const char *given, char **source, char **inside, zm_err *e
             return zm_err_set(err, -EINVAL, "%s does not name the mount's source", info);
         }
         *source = strdup(path);
+        /* The mount's sets directory, if it has one (-o sets=). */
+        const char *directory =
+            json_string_value(json_object_get(json_object_get(document, "options"), "sets"));
+        *sets = directory ? strdup(directory) : NULL;
         json_decref(document);
         const char *rest = absolute + end;
         while (*rest == '/')
@@ -105,6 +109,23 @@ static void print_text(FILE *out, const json_t *e)
         else
             print_value(out, v);
         fputc('\n', out);
+    }
+    /* Over a set of cells: which, and from where. */
+    const json_t *set = json_object_get(e, "set");
+    if (json_is_object(set))
+        fprintf(out, "  set         %s: %lld cells, digest %s, from %s\n",
+                json_string_value(json_object_get(set, "name")),
+                (long long)json_integer_value(json_object_get(set, "size")),
+                json_string_value(json_object_get(set, "digest")),
+                json_string_value(json_object_get(set, "file")));
+    const json_t *where = json_object_get(e, "where");
+    if (json_is_object(where)) {
+        fprintf(out, "  where       obs/%s is one of ", json_string_value(json_object_get(where, "key")));
+        size_t i;
+        const json_t *v;
+        json_array_foreach(json_object_get(where, "values"), i, v)
+            fprintf(out, "%s\"%s\"", i ? ", " : "", json_string_value(v));
+        fprintf(out, ": %lld cells\n", (long long)json_integer_value(json_object_get(where, "size")));
     }
     /* A file with a priority record: whether it verified. */
     const json_t *priority = json_object_get(e, "priority");
@@ -170,11 +191,11 @@ int zm_explain_main(int argc, char **argv)
     }
     zm_err err;
     zm_err_clear(&err);
-    char *source = NULL, *inside = NULL;
+    char *source = NULL, *inside = NULL, *sets = NULL;
     if (count == 2) {
         source = strdup(positional[0]);
         inside = strdup(positional[1]);
-    } else if (find_mount(positional[0], &source, &inside, &err) != 0) {
+    } else if (find_mount(positional[0], &source, &inside, &sets, &err) != 0) {
         fprintf(stderr, "zarrmount explain: %s\n", err.reason);
         return EXIT_REFUSED;
     }
@@ -185,7 +206,8 @@ int zm_explain_main(int argc, char **argv)
     size_t length = strlen(path);
     while (length > 0 && path[length - 1] == '/')
         path[--length] = '\0';
-    zm_tree_options options = {.source = source, .threads = 1, .cache_dir = "none"};
+    zm_tree_options options = {.source = source, .threads = 1, .cache_dir = "none",
+                               .sets_dir = sets};
     zm_tree *tree = NULL;
     int status = 0;
     int rc = zm__tree_open(&options, &tree, &err);
@@ -224,6 +246,7 @@ int zm_explain_main(int argc, char **argv)
         zm__tree_close(tree);
     free(source);
     free(inside);
+    free(sets);
     if (fflush(stdout) != 0)
         status = 1;
     return status;

@@ -10,7 +10,7 @@
 
 static const char usage[] =
     "Usage: zarrmount [options] SOURCE MOUNTPOINT\n"
-    "       zarrmount select [--source FILE] < REQUEST.json\n"
+    "       zarrmount select [--source FILE [--set SETFILE]] < REQUEST.json\n"
     "       zarrmount inspect FILE [--json]\n"
     "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size SIZE]\n"
     "       zarrmount explain SOURCE PATH [--json] | zarrmount explain MNT/PATH [--json]\n"
@@ -41,19 +41,24 @@ static const char usage[] =
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "select") == 0) {
-        const char *source = NULL;
-        if (argc == 4 && strcmp(argv[2], "--source") == 0) {
-            source = argv[3];
-        } else if (argc > 2) {
-            fprintf(stderr, "zarrmount select: unexpected argument '%s' (the request is read from "
-                            "stdin; --source FILE gives a file for \"field\" and \"embedding\")\n",
-                    argv[2]);
-            return ZM_EXIT_REFUSED;
+        const char *source = NULL, *set = NULL;
+        for (int i = 2; i < argc; i += 2) {
+            if (i + 1 < argc && strcmp(argv[i], "--source") == 0 && source == NULL) {
+                source = argv[i + 1];
+            } else if (i + 1 < argc && strcmp(argv[i], "--set") == 0 && set == NULL) {
+                set = argv[i + 1];
+            } else {
+                fprintf(stderr, "zarrmount select: unexpected argument '%s' (the request is read "
+                                "from stdin; --source FILE gives a file for \"field\" and "
+                                "\"embedding\", --set SETFILE the cells to select among)\n",
+                        argv[i]);
+                return ZM_EXIT_REFUSED;
+            }
         }
         /* Results can be hundreds of megabytes: write in large blocks. */
         static char buffer[1 << 20];
         setvbuf(stdout, buffer, _IOFBF, sizeof buffer);
-        return zm_select_main_source(stdin, stdout, source);
+        return zm_select_main_set(stdin, stdout, source, set);
     }
     if (argc >= 2 && strcmp(argv[1], "inspect") == 0)
         return zm_inspect_main(argc - 2, argv + 2, stdout);

@@ -6,9 +6,10 @@
 
 #include "cli/base64.h"
 #include "zarrmount/cli.h"
+#include "zarrmount/view.h"
 #include "zarrmount/source.h"
 
-static int zm_select_main_with(FILE *in, FILE *out, zm_source *source);
+static int zm_select_main_with(FILE *in, FILE *out, zm_source *source, const zm_view_set *set);
 
 #define SUMMARY_LENGTH 20
 
@@ -155,21 +156,37 @@ int zm_select_main(FILE *in, FILE *out) { return zm_select_main_source(in, out, 
 
 int zm_select_main_source(FILE *in, FILE *out, const char *source_path)
 {
+    return zm_select_main_set(in, out, source_path, NULL);
+}
+
+int zm_select_main_set(FILE *in, FILE *out, const char *source_path, const char *set_path)
+{
     zm_source *source = NULL;
-    if (source_path != NULL) {
-        zm_err open_err;
-        zm_err_clear(&open_err);
-        if (zm_source_open(source_path, NULL, &source, &open_err) != 0) {
+    zm_err open_err;
+    zm_err_clear(&open_err);
+    if (source_path != NULL && zm_source_open(source_path, NULL, &source, &open_err) != 0) {
+        write_error(out, open_err.reason);
+        return ZM_EXIT_REFUSED;
+    }
+    zm_view_set *set = NULL;
+    if (set_path != NULL) {
+        int rc = source == NULL
+                     ? zm_err_set(&open_err, -EINVAL, "--set needs --source FILE: a set names the "
+                                                      "cells of a file")
+                     : zm_view_set_from_file(source, set_path, "set", &set, &open_err);
+        if (rc != 0) {
             write_error(out, open_err.reason);
-            return ZM_EXIT_REFUSED;
+            zm_source_close(source);
+            return rc == -ENOMEM ? ZM_EXIT_FAILURE : ZM_EXIT_REFUSED;
         }
     }
-    int status = zm_select_main_with(in, out, source);
+    int status = zm_select_main_with(in, out, source, set);
+    zm_view_set_unref(set);
     zm_source_close(source);
     return status;
 }
 
-static int zm_select_main_with(FILE *in, FILE *out, zm_source *source)
+static int zm_select_main_with(FILE *in, FILE *out, zm_source *source, const zm_view_set *set)
 {
     json_error_t parse_error;
     size_t raw_length = 0, length = 0;
@@ -192,6 +209,23 @@ static int zm_select_main_with(FILE *in, FILE *out, zm_source *source)
     zm_select_command command;
     zm_err err;
     zm_err_clear(&err);
+    /* A set file's cells (original positions) are the request's "set". */
+    if (set != NULL) {
+        json_t *cells = json_object_get(root, "set") ? NULL : json_array();
+        for (uint64_t i = 0; cells != NULL && i < set->count; i++)
+            if (json_array_append_new(cells, json_integer(set->positions[i])) != 0) {
+                json_decref(cells);
+                cells = NULL;
+            }
+        if (cells == NULL) {
+            int both = json_object_get(root, "set") != NULL;
+            json_decref(root);
+            write_error(out, both ? "give the cells either with --set or as \"set\", not both"
+                                  : "out of memory");
+            return both ? ZM_EXIT_REFUSED : ZM_EXIT_FAILURE;
+        }
+        json_object_set_new(root, "set", cells);
+    }
     int rc = zm_select_command_parse_source(root, source, &command, &err);
     json_decref(root); /* the command owns copies of everything it keeps */
     if (rc == 0)

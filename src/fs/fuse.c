@@ -416,7 +416,8 @@ static void zm__op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     if (rc == -ENOENT) {
         /* A missing name stays missing: the kernel may remember that too
          * (readers probe for .zarray, .zgroup and .zattrs everywhere). */
-        struct fuse_entry_param missing = {.ino = 0, .entry_timeout = ZM__CACHE_SECONDS};
+        struct fuse_entry_param missing = {
+            .ino = 0, .entry_timeout = zm__tree_changes(fs->tree, path) ? 0 : ZM__CACHE_SECONDS};
         /* Shortened: a name may be thousands of bytes, and the reason must fit the line. */
         int length = (int)strnlen(path, ZM__TRACED_PATH_MAX + 1);
         ZM__TRACE(fs, req, "lookup %.*s%s: missing: %s",

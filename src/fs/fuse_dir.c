@@ -71,7 +71,11 @@ void zm__op_opendir(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info *fi)
         zm__dir_free(dir);
         return;
     }
-    if (atomic_load(&fs->no_opendir)) {
+    /* A listing that may change (sets/, while the set files change) must
+     * not be kept: then the kernel is not told it may open directories
+     * without asking, which would have it keep every listing. */
+    int changing = zm__tree_changes(fs->tree, dir->path);
+    if (atomic_load(&fs->no_opendir) && !zm__tree_changes(fs->tree, "sets")) {
         /* The kernel opens directories by itself from now on and keeps
          * their listings (FOPEN_CACHE_DIR is what it assumes). */
         ZM__TRACE(fs, req, "opendir %s: no opendir needed from now on", zm__shown(dir->path));
@@ -84,8 +88,8 @@ void zm__op_opendir(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info *fi)
     dir->handle.is_directory = 1;
     zm__handle_add(fs, &dir->handle);
     fi->fh = (uint64_t)(uintptr_t)dir;
-    fi->cache_readdir = 1; /* listings never change: the kernel may keep them */
-    fi->keep_cache = 1;    /* and keep them across opens */
+    fi->cache_readdir = !changing; /* listings never change: the kernel may keep them */
+    fi->keep_cache = !changing;    /* and keep them across opens */
     ZM__TRACE(fs, req, "opendir %s", zm__shown(dir->path));
     if (fuse_reply_open(req, fi) != 0) {
         zm__handle_remove(fs, &dir->handle);

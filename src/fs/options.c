@@ -23,6 +23,7 @@ typedef struct zm__parse {
     char *ahead_idle;
     char *ahead_rate;
     char *passthrough;
+    char *sets;
 } zm__parse;
 
 enum {
@@ -51,6 +52,7 @@ static const struct fuse_opt zm__options[] = {
     ZM__OPTION("ahead_idle=%s", ahead_idle),
     ZM__OPTION("ahead_rate=%s", ahead_rate),
     ZM__OPTION("passthrough=%s", passthrough),
+    ZM__OPTION("sets=%s", sets),
     FUSE_OPT_KEY("-f", ZM__KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", ZM__KEY_DEBUG),
     FUSE_OPT_KEY("debug", ZM__KEY_DEBUG),
@@ -191,6 +193,15 @@ static int zm__check_values(zm__parse *parse, zm_err *err)
     }
     if (parse->cache_dir && parse->cache_dir[0] == '\0')
         return zm_err_set(err, -EINVAL, "cache_dir= needs a directory (or none)");
+    if (parse->sets) {
+        /* Made absolute now: the daemon leaves the working directory. */
+        char *absolute = parse->sets[0] ? realpath(parse->sets, NULL) : NULL;
+        if (absolute == NULL)
+            return zm_err_set(err, -EINVAL, "sets=%s: %s", parse->sets,
+                              parse->sets[0] ? strerror(errno) : "needs a directory");
+        free((char *)options->sets_dir);
+        options->sets_dir = absolute;
+    }
     options->codec = parse->codec;
     parse->codec = NULL;
     options->cache_dir = parse->cache_dir;
@@ -231,6 +242,7 @@ int zm__fs_config_parse(int argc, char **argv, zm__fs_config *config, zm_err *er
     free(parse.threads);
     free(parse.ahead_idle);
     free(parse.passthrough);
+    free(parse.sets);
     free(parse.ahead_rate);
     return rc;
 }
@@ -314,6 +326,7 @@ void zm__fs_config_free(zm__fs_config *config)
     /* The two strings zm__check_values took from the parse. */
     free((char *)config->options.codec);
     free((char *)config->options.cache_dir);
+    free((char *)config->options.sets_dir);
     fuse_opt_free_args(&config->fuse_args);
     memset(config, 0, sizeof *config);
 }
@@ -361,6 +374,8 @@ void zm__fs_print_help(FILE *out, const char *program)
             "                      open then costs a round trip). Default off: a remount\n"
             "                      pushes them into the page cache ahead of a reader\n"
             "                      walking a directory\n"
+            "  -o sets=DIR         serve sets/NAME/ for each Cellucid cell set NAME.json or\n"
+            "                      obs names file NAME.txt in DIR (read again when it changes)\n"
             "  -o allow_other      let every user read the mount; files then carry SOURCE's\n"
             "                      owner and permission bits minus write, enforced by the\n"
             "                      kernel (default_permissions is added); needs\n"

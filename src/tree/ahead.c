@@ -562,7 +562,11 @@ static void *synthesize_ahead(void *context)
     zm_err_clear(&err);
     zm_view *view = NULL;
     int rc = zm__parse_path(t, vs->key, &tg, &err);
-    if (rc == 0 && (rc = zm__view_get(t, &tg, &view, 0, &err)) == 0) {
+    if (rc == 0) {
+        rc = zm__view_get(t, &tg, &view, 0, &err);
+        zm__target_clear(&tg);
+    }
+    if (rc == 0) {
         state = ahead_run(t, vs, view);
         zm__view_release(t, view);
     } else if (rc == -EBUSY) {

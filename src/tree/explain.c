@@ -79,6 +79,11 @@ static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
     json_object_set_new(out, "view", json_string(tg->key));
     json_object_set_new(out, "method", json_string(zm_view_kind_name(spec->kind)));
     json_object_set_new(out, "nObs", json_integer((json_int_t)n));
+    /* Over a set: which cells, and from where (the file, or the filter). */
+    if (spec->set != NULL) {
+        json_object_set(out, tg->base[0] == 'w' ? "where" : "set", spec->set->record);
+        json_object_set_new(out, "setSize", json_integer((json_int_t)spec->set->count));
+    }
     if (tg->rest[0])
         json_object_set_new(out, "inside", json_string(tg->rest));
     /* The cells the view layer selects for the spec, as it does for the
@@ -179,7 +184,7 @@ static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
             const zm_stratum *s = &selection->strata[i];
             json_t *name;
             if (spec->kind == ZM_VIEW_STRATIFIED)
-                name = s->id < made->strata.count
+                name = !s->missing && s->id < made->strata.count
                            ? json_stringn(made->strata.names.bytes + made->strata.names.offsets[s->id],
                                           made->strata.names.offsets[s->id + 1] -
                                               made->strata.names.offsets[s->id])
@@ -228,7 +233,7 @@ int zm__tree_explain(zm_tree *t, const char *path, json_t **out, zm_err *err)
         return zm_err_set(err, -ENOMEM, "out of memory");
     static const char *const what[] = {
         [T_ROOT] = "the mount: one directory a method (full, file, uniform, blocks, stratified, "
-                   "spatial) and .zarrmount",
+                   "spatial), where/ and sets/ (the methods over sets of cells) and .zarrmount",
         [T_INFO_DIR] = "the mount's own files",
         [T_INFO_FILE] = "the source, its identity, the version and the options",
         [T_STATS_FILE] = "the mount's counters, per view and in total (a new snapshot at every "
@@ -241,7 +246,26 @@ int zm__tree_explain(zm_tree *t, const char *path, json_t **out, zm_err *err)
         [T_GRID] = "columns of the embedding",
         [T_COLUMNS] = "seeds",
         [T_SEED] = "sizes: k=<K> views, share= and pct= links to them",
+        [T_SETS] = "the sets of -o sets=DIR, each a link to the version of the set it names now",
+        [T_WHERE] = "the obs columns that can filter (categoricals, strings, booleans)",
+        [T_WHERE_KEY] = "the column's values (categories, true and false, or a string column's "
+                        "values when it has at most 1000): each a set of the cells holding it",
+        [T_SET] = "the methods over the set's cells: file, full, uniform, blocks, stratified, "
+                  "spatial",
+        [T_VIEW] = "",
+        [T_LINK] = "",
     };
+    /* A set's name, a link to its version: what the set is, from where. */
+    if (tg.kind == T_LINK && tg.set_link) {
+        json_object_set_new(e, "kind", json_string("link"));
+        json_object_set_new(e, "target", json_string(tg.link));
+        json_object_set_new(e, "holds", json_string("the set's version it names now: its "
+                                                    "methods"));
+        json_object_set(e, "set", tg.spec.set->record);
+        zm__target_clear(&tg);
+        *out = e;
+        return 0;
+    }
     switch (tg.kind) {
     case T_LINK: {
         /* The size rule, then the view the link names. */
@@ -258,8 +282,10 @@ int zm__tree_explain(zm_tree *t, const char *path, json_t **out, zm_err *err)
         snprintf(view_path, sizeof view_path, "%.*s%s", (int)(leaf - path), path, tg.link);
         target viewed;
         rc = zm__parse_path(t, view_path, &viewed, err);
-        if (rc == 0)
+        if (rc == 0) {
             rc = explain_view(t, &viewed, e, err);
+            zm__target_clear(&viewed);
+        }
         break;
     }
     case T_VIEW:
@@ -272,11 +298,15 @@ int zm__tree_explain(zm_tree *t, const char *path, json_t **out, zm_err *err)
         int file = tg.kind == T_INFO_FILE || tg.kind == T_STATS_FILE;
         json_object_set_new(e, "kind", json_string(file ? "file" : "directory"));
         json_object_set_new(e, "holds", json_string(what[tg.kind]));
-        if (!file && tg.kind != T_ROOT && tg.kind != T_INFO_DIR)
+        if (!file && tg.kind != T_ROOT && tg.kind != T_INFO_DIR && tg.kind != T_SETS &&
+            tg.kind != T_WHERE && tg.kind != T_WHERE_KEY && tg.kind != T_SET)
             json_object_set_new(e, "method", json_string(zm_view_kind_name(tg.spec.kind)));
+        if (tg.spec.set != NULL)
+            json_object_set(e, tg.base[0] == 'w' ? "where" : "set", tg.spec.set->record);
         break;
     }
     }
+    zm__target_clear(&tg);
     if (rc != 0) {
         json_decref(e);
         return rc == -EINVAL ? -ENOENT : rc;

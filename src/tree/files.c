@@ -429,6 +429,10 @@ static void file_key_text(zm_view *view, const char *full_path, const place *w, 
                                  chunk);
     for (unsigned d = 0; d < n->meta.rank && at < size; d++)
         at += (size_t)snprintf(key + at, size - at, "%" PRIu64 ",", n->meta.chunks[d]);
+    /* Nested over the same cells only: a set's views among themselves. */
+    const zm_view_set *set = spec->set;
+    if (set != NULL && at < size)
+        snprintf(key + at, size - at, "|set=%s", set->digest);
 }
 
 int zm__file_in_cache(zm_tree *t, zm_view *view, view_stats *vs, const char *full_path,
@@ -471,10 +475,14 @@ static int kept_entry(zm_tree *t, const char *path, zm_view **view_out, view_sta
     int rc = zm__parse_path(t, path, &tg, err);
     if (rc != 0)
         return rc;
-    if (tg.kind != T_VIEW)
+    if (tg.kind != T_VIEW) {
+        zm__target_clear(&tg);
         return zm_err_set(err, -ENOENT, "%s: not kept on disk", path);
+    }
     zm_view *view;
-    if ((rc = zm__view_get(t, &tg, &view, 1, err)) != 0)
+    rc = zm__view_get(t, &tg, &view, 1, err);
+    zm__target_clear(&tg); /* the view holds its set itself */
+    if (rc != 0)
         return rc;
     place w;
     rc = zm__locate(view, tg.rest, &w, err);

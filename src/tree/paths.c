@@ -60,7 +60,8 @@ static int parse_seed_and_size(zm_tree *t, const char *p, const char *prefix, ta
         return 0;
     }
     n = take(&p, &part);
-    uint64_t n_obs = zm_source_n_obs(t->source);
+    /* Sizes of a share are of the cells the method runs over. */
+    uint64_t n_obs = out->spec.set ? out->spec.set->count : zm_source_n_obs(t->source);
     if ((n > 6 && !strncmp(part, "share=", 6)) || (n > 4 && !strncmp(part, "pct=", 4))) {
         int share = part[0] == 's';
         size_t skip = share ? 6 : 4;
@@ -245,6 +246,112 @@ static int parse_spatial(zm_tree *t, const char *p, target *out, zm_err *err)
     return parse_seed_and_size(t, p, prefix, out, err);
 }
 
+static int parse_methods(zm_tree *t, const char *path, const char *p, target *out, zm_err *err);
+
+void zm__target_clear(target *tg)
+{
+    zm_view_set_unref(tg->spec.set);
+    tg->spec.set = NULL;
+}
+
+/* Is text[0 .. n) "@" and 16 lowercase hex digits? */
+static int is_version(const char *text, size_t n)
+{
+    if (n != 17 || text[0] != '@')
+        return 0;
+    for (size_t i = 1; i < 17; i++)
+        if (!((text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* sets/, sets/NAME (a link to its version NAME@DIGEST), sets/NAME@DIGEST/
+ * and the methods under it. */
+static int parse_sets(zm_tree *t, const char *path, const char *p, target *out, zm_err *err)
+{
+    if (*p == '\0') {
+        if (t->sets_dir == NULL)
+            return zm_err_set(err, -ENOENT, "sets/: no sets directory (mount with -o sets=DIR)");
+        out->kind = T_SETS;
+        return 0;
+    }
+    const char *part;
+    size_t n = take(&p, &part);
+    const char *at = n > 17 && is_version(part + n - 17, 17) ? part + n - 17 : NULL;
+    size_t name_length = at ? (size_t)(at - part) : n;
+    char digest[17] = "";
+    if (at != NULL)
+        memcpy(digest, at + 1, 16);
+    /* NAME@<snapshot>: the kernel's inode of one version of the link. */
+    const char *sign = memchr(part, '@', n);
+    uint64_t snapshot = 0;
+    int rc;
+    if (at == NULL && sign != NULL && *p == '\0' &&
+        zm__parse_number(sign + 1, n - (size_t)(sign + 1 - part), SET_LINK_SNAPSHOT, UINT64_MAX,
+                         &snapshot) == 0) {
+        name_length = (size_t)(sign - part);
+        rc = zm__set_get_linked(t, part, name_length, snapshot, &out->spec.set, err);
+    } else {
+        rc = zm__set_get(t, part, name_length, at ? digest : NULL, &out->spec.set, err);
+    }
+    if (rc != 0)
+        return rc;
+    if (at == NULL) {
+        /* The name: a link to the version it names now. A path through
+         * it (explain gets them whole) is that version's. */
+        snprintf(out->link, sizeof out->link, "%.*s@%s", (int)name_length, part,
+                 out->spec.set->digest);
+        out->set_link = 1;
+        if (*p == '\0') {
+            out->kind = T_LINK;
+            return 0;
+        }
+    }
+    snprintf(out->base, sizeof out->base, "sets/%.*s@%s/", (int)name_length, part,
+             out->spec.set->digest);
+    if (*p == '\0') {
+        out->kind = T_SET;
+        return 0;
+    }
+    out->set_link = 0;
+    return parse_methods(t, path, p, out, err);
+}
+
+/* where/, where/KEY/, where/KEY/VALUES/ and the methods under it. */
+static int parse_where(zm_tree *t, const char *path, const char *p, target *out, zm_err *err)
+{
+    if (*p == '\0') {
+        out->kind = T_WHERE;
+        return 0;
+    }
+    const char *part;
+    size_t n = take(&p, &part);
+    int rc = copy_key(part, n, out->spec.field, err);
+    if (rc != 0)
+        return rc;
+    if ((rc = zm_view_where_check(t->source, out->spec.field, err)) != 0)
+        return rc == -EINVAL || rc == -ENOENT ? -ENOENT : rc;
+    if (*p == '\0') {
+        out->kind = T_WHERE_KEY;
+        return 0;
+    }
+    n = take(&p, &part);
+    char values[ZM_VIEW_KEY_MAX];
+    if ((rc = copy_key(part, n, values, err)) != 0)
+        return rc;
+    char key[ZM_VIEW_KEY_MAX];
+    memcpy(key, out->spec.field, sizeof key);
+    out->spec.field[0] = '\0';
+    if ((rc = zm__where_get(t, key, values, &out->spec.set, err)) != 0)
+        return rc == -EINVAL ? -ENOENT : rc;
+    snprintf(out->base, sizeof out->base, "where/%s/%s/", key, values);
+    if (*p == '\0') {
+        out->kind = T_SET;
+        return 0;
+    }
+    return parse_methods(t, path, p, out, err);
+}
+
 int zm__parse_path(zm_tree *t, const char *path, target *out, zm_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -254,8 +361,10 @@ int zm__parse_path(zm_tree *t, const char *path, target *out, zm_err *err)
         return 0;
     }
     const char *p = path, *part;
-    size_t n = take(&p, &part);
+    const char *after = p;
+    size_t n = take(&after, &part);
     if (n == 10 && !strncmp(part, ".zarrmount", 10)) {
+        p = after;
         if (*p == '\0')
             out->kind = T_INFO_DIR;
         else if (!strcmp(p, "info.json"))
@@ -266,6 +375,35 @@ int zm__parse_path(zm_tree *t, const char *path, target *out, zm_err *err)
             return zm_err_set(err, -ENOENT, "%.*s%s: no such file", SHOWN(path));
         return 0;
     }
+    int rc;
+    if (n == 4 && !strncmp(part, "sets", 4))
+        rc = parse_sets(t, path, after, out, err);
+    else if (n == 5 && !strncmp(part, "where", 5))
+        rc = parse_where(t, path, after, out, err);
+    else
+        rc = parse_methods(t, path, p, out, err);
+    if (rc != 0) {
+        zm__target_clear(out);
+        return rc;
+    }
+    /* A view of a set is keyed under the set's directory. */
+    if (out->kind == T_VIEW && out->base[0]) {
+        char key[ZM__VIEW_KEY];
+        if ((size_t)snprintf(key, sizeof key, "%s%s", out->base, out->key) >= sizeof key) {
+            zm__target_clear(out);
+            return zm_err_set(err, -ENAMETOOLONG, "%.*s%s: too long a view", SHOWN(path));
+        }
+        memcpy(out->key, key, sizeof key);
+    }
+    return 0;
+}
+
+/* The methods and their settings (at the root, or under a set's
+ * directory): p is what follows. */
+static int parse_methods(zm_tree *t, const char *path, const char *p, target *out, zm_err *err)
+{
+    const char *part;
+    size_t n = take(&p, &part);
     if ((n == 4 && !strncmp(part, "full", 4)) || (n == 4 && !strncmp(part, "file", 4))) {
         out->kind = T_VIEW;
         out->spec.kind = part[1] == 'u' ? ZM_VIEW_FULL : ZM_VIEW_FILE;
@@ -274,6 +412,7 @@ int zm__parse_path(zm_tree *t, const char *path, target *out, zm_err *err)
         out->rest = p;
         return 0;
     }
+    (void)path;
     int blocks = n == 6 && !strncmp(part, "blocks", 6);
     int uniform = n == 7 && !strncmp(part, "uniform", 7);
     int stratified = n == 10 && !strncmp(part, "stratified", 10);

@@ -41,11 +41,15 @@ static uint64_t minimum_cells(zm_tree *t, const zm_view_spec *spec)
     if (zm_view_field_strata(t->source, spec->field, &strata, &ignored) != 0)
         return 0;
     uint64_t n = zm_source_n_obs(t->source), total = 0;
-    /* Strata 0..count-1 by code, the missing values after them. */
+    /* Strata 0..count-1 by code, the missing values after them: over the
+     * set's cells (codes are by stored row), or every cell. */
+    const zm_view_set *set = spec->set;
+    const zm_priority *priority = zm_source_priority(t->source);
     uint64_t *sizes = calloc(strata.count + 1, sizeof *sizes);
     int known = sizes != NULL;
-    for (uint64_t p = 0; known && p < n; p++) {
-        int32_t code = strata.codes[p];
+    for (uint64_t i = 0; known && i < (set ? set->count : n); i++) {
+        uint64_t p = set ? set->positions[i] : i;
+        int32_t code = strata.codes[set && priority->verified ? priority->stored[p] : p];
         if (code >= 0 && (uint64_t)code >= strata.count)
             known = 0;
         else
@@ -89,6 +93,12 @@ static int lookup_target(zm_tree *t, const char *path, const target *target_in, 
     if (tg.kind == T_LINK) {
         node->kind = ZM_NODE_LINK;
         node->size = strlen(tg.link);
+        /* sets/NAME moves when its file changes: the kernel keeps neither
+         * the name nor the link, and an inode for each version. */
+        if (tg.set_link) {
+            node->live = 1;
+            node->snapshot = zm__set_link_snapshot(tg.spec.set->digest);
+        }
         return 0;
     }
     if (tg.kind != T_VIEW)
@@ -138,8 +148,10 @@ int zm__tree_lookup(zm_tree *t, const char *path, zm_node *node, zm_err *err)
     int rc = zm__parse_path(t, path, &tg, err);
     view_stats *vs = rc == 0 ? zm__stats_of_target(t, &tg) : &t->outside;
     vs->lookups++;
-    if (rc == 0)
+    if (rc == 0) {
         rc = lookup_target(t, path, &tg, vs, node, err);
+        zm__target_clear(&tg);
+    }
     if (rc == -ENOENT)
         zm__note_refusal(t, vs, path, err);
     vs->busy_nanoseconds += (uint64_t)(zm__monotonic_ns() - began);
@@ -151,8 +163,12 @@ int zm__tree_getattr(zm_tree *t, const char *path, zm_node *node, zm_err *err)
     target tg;
     uint64_t serial = zm__snapshot_serial_of(path);
     int rc = zm__parse_path(t, serial ? STATS_PATH : path, &tg, err);
-    if (rc != 0 || tg.kind != T_STATS_FILE)
-        return rc != 0 ? rc : zm__tree_lookup(t, path, node, err);
+    if (rc != 0)
+        return rc;
+    if (tg.kind != T_STATS_FILE) {
+        zm__target_clear(&tg);
+        return zm__tree_lookup(t, path, node, err);
+    }
     memset(node, 0, sizeof *node);
     node->kind = ZM_NODE_FILE;
     node->live = 1;
@@ -172,10 +188,12 @@ void zm__tree_count_open(zm_tree *t, const char *path)
 {
     target tg;
     zm_err err;
-    if (zm__parse_path(t, path, &tg, &err) == 0)
+    if (zm__parse_path(t, path, &tg, &err) == 0) {
         zm__stats_of_target(t, &tg)->opens++;
-    else
+        zm__target_clear(&tg);
+    } else {
         t->outside.opens++;
+    }
 }
 
 void zm__tree_count_unmade(zm_tree *t, const char *path, int read)
@@ -183,6 +201,7 @@ void zm__tree_count_unmade(zm_tree *t, const char *path, int read)
     target tg;
     zm_err err;
     view_stats *vs = zm__parse_path(t, path, &tg, &err) == 0 ? zm__stats_of_target(t, &tg) : &t->outside;
+    zm__target_clear(&tg);
     if (read)
         vs->reads++;
     else
@@ -248,6 +267,21 @@ static int emit_default_seed(zm_tree *t, zm__tree_emit emit, void *context)
     return emit_name(emit, context, name, ZM_NODE_DIRECTORY, 0);
 }
 
+struct list_links {
+    zm__tree_emit emit;
+    void *context;
+};
+
+/* A set's name, a link to its version (sets/NAME -> NAME@DIGEST). */
+static int emit_link(void *context, const char *name, const char *link)
+{
+    struct list_links *l = context;
+    /* Without attributes: the kernel then looks the name up (a live
+     * link, whose version it must not keep) rather than keep it. */
+    (void)link;
+    return emit_name(l->emit, l->context, name, ZM_NODE_LINK, ZM_SIZE_UNKNOWN);
+}
+
 static int list_target(zm_tree *t, const char *path, const target *target_in, zm__tree_emit emit,
                        void *context, zm_err *err)
 {
@@ -256,12 +290,36 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
     char name[64];
     switch (tg.kind) {
     case T_ROOT: {
-        static const char *const names[] = {".zarrmount", "blocks",     "file",   "full",
-                                            "spatial",    "stratified", "uniform"};
-        for (size_t i = 0; i < 7; i++)
+        static const char *const names[] = {".zarrmount", "blocks",     "file",    "full", "sets",
+                                            "spatial",    "stratified", "uniform", "where"};
+        for (size_t i = 0; i < 9; i++) {
+            if (!strcmp(names[i], "sets") && t->sets_dir == NULL)
+                continue; /* no -o sets= */
+            if ((rc = emit_name(emit, context, names[i], ZM_NODE_DIRECTORY, 0)) != 0)
+                return rc;
+        }
+        return 0;
+    }
+    case T_SET: {
+        /* The methods over the set. */
+        static const char *const names[] = {"blocks", "file", "full", "spatial", "stratified",
+                                            "uniform"};
+        for (size_t i = 0; i < 6; i++)
             if ((rc = emit_name(emit, context, names[i], ZM_NODE_DIRECTORY, 0)) != 0)
                 return rc;
         return 0;
+    }
+    case T_SETS: {
+        struct list_links l = {emit, context};
+        return zm__sets_list(t, emit_link, &l);
+    }
+    case T_WHERE: {
+        struct list_keys k = {emit, context};
+        return zm_view_where_fields(t->source, emit_key, &k);
+    }
+    case T_WHERE_KEY: {
+        struct list_keys k = {emit, context};
+        return zm_view_where_values(t->source, tg.spec.field, emit_key, &k, err);
     }
     case T_LINK:
         return zm_err_set(err, -ENOTDIR, "%s: a link, not a directory", path);
@@ -321,7 +379,7 @@ static int list_target(zm_tree *t, const char *path, const target *target_in, zm
     case T_SEED: {
         uint64_t sizes[24];
         size_t count;
-        ladder(zm_source_n_obs(t->source), sizes, &count);
+        ladder(tg.spec.set ? tg.spec.set->count : zm_source_n_obs(t->source), sizes, &count);
         uint64_t least = minimum_cells(t, &tg.spec);
         for (size_t i = 0; i < count; i++) {
             if (sizes[i] < least)
@@ -408,8 +466,10 @@ int zm__tree_list(zm_tree *t, const char *path, zm__tree_emit emit, void *contex
     int rc = zm__parse_path(t, path, &tg, err);
     view_stats *vs = rc == 0 ? zm__stats_of_target(t, &tg) : &t->outside;
     vs->listings++;
-    if (rc == 0)
+    if (rc == 0) {
         rc = list_target(t, path, &tg, emit, context, err);
+        zm__target_clear(&tg);
+    }
     if (rc == -ENOENT)
         zm__note_refusal(t, vs, path, err);
     vs->busy_nanoseconds += (uint64_t)(zm__monotonic_ns() - began);
@@ -480,8 +540,10 @@ int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, vo
     int rc = zm__parse_path(t, serial ? STATS_PATH : path, &tg, err);
     view_stats *vs = rc == 0 ? zm__stats_of_target(t, &tg) : &t->outside;
     vs->reads++;
-    if (rc == 0)
+    if (rc == 0) {
         rc = read_target(t, path, &tg, serial, vs, offset, size, buffer, done, err);
+        zm__target_clear(&tg);
+    }
     if (rc == 0)
         vs->bytes_served += *done;
     else if (rc == -ENOENT)
@@ -496,6 +558,7 @@ int zm__tree_readlink(zm_tree *t, const char *path, char *target_out, size_t siz
     int rc = zm__parse_path(t, path, &tg, err);
     if (rc != 0)
         return rc;
+    zm__target_clear(&tg);
     if (tg.kind != T_LINK)
         return zm_err_set(err, -EINVAL, "%s: not a link", path);
     if (strlen(tg.link) >= size)
@@ -530,6 +593,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     if (t == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&t->mutex, NULL);
+    pthread_mutex_init(&t->sets_mutex, NULL);
     pthread_mutex_init(&t->disk_mutex, NULL);
     pthread_cond_init(&t->disk_wake, NULL);
     pthread_cond_init(&t->changed, NULL);
@@ -567,6 +631,8 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     if (rc == 0)
         rc = zm__open_disk(t, options, err);
     if (rc == 0)
+        rc = zm__sets_open(t, options->sets_dir, err);
+    if (rc == 0)
         rc = zm_cache_create(t->cache_bytes, &t->files);
     if (rc == 0) {
         /* Said once: which cells the views name, and why. */
@@ -593,6 +659,12 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
             "element", t->b0.element, "options", "codec", codec, "chunkBytes",
             (json_int_t)t->chunk_bytes, "cacheBytes",
             (json_int_t)memory);
+        /* The sets directory, which explain of a path of the mount reads. */
+        if (info != NULL && t->sets_dir != NULL) {
+            char shown[4096];
+            zm_text_utf8_copy(shown, sizeof shown, t->sets_dir);
+            json_object_set_new(json_object_get(info, "options"), "sets", json_string(shown));
+        }
         json_t *priority = zm_tree_priority_json(t->source);
         if (info != NULL && priority != NULL)
             json_object_set_new(info, "priority", priority);
@@ -674,6 +746,7 @@ void zm__tree_close(zm_tree *t)
         zm_view_free(t->views[i].view);
         free(t->views[i].key);
     }
+    zm__sets_close(t); /* after the views, which hold sets of their own */
     zm_synth_free(t->synth);
     zm_cache_destroy(t->files);
     zm__stop_disk_writer(t);
@@ -732,4 +805,13 @@ json_t *zm_tree_priority_json(const zm_source *source)
         json_object_set_new(out, "note", json_string(text));
     }
     return out;
+}
+
+int zm__tree_changes(zm_tree *t, const char *path)
+{
+    /* sets/ and sets/NAME: a set file may come, go or change while
+     * mounted (a mount without -o sets= has no sets/). */
+    if (strcmp(path, "sets") == 0)
+        return t->sets_dir != NULL;
+    return strncmp(path, "sets/", 5) == 0 && strchr(path + 5, '/') == NULL;
 }

@@ -79,6 +79,25 @@ typedef struct view_stats {
 
 enum ahead_state { AHEAD_NONE, AHEAD_RUNNING, AHEAD_IDLE, AHEAD_BOUND, AHEAD_DONE, AHEAD_FAILED };
 
+/* A set file of -o sets=DIR (sets.c): NAME.json or NAME.txt, what it held
+ * when last read, and the versions before it still served (a reader that
+ * resolved sets/NAME to NAME@DIGEST keeps reading that version). */
+#define SET_VERSIONS_KEPT 4
+typedef struct set_entry {
+    char *name;       /* the file's name without its extension */
+    char *file;       /* DIR/NAME.json or DIR/NAME.txt */
+    dev_t device;     /* what was read: a change of any of these reads it again */
+    ino_t inode;
+    off_t size;
+    int64_t mtime_ns;
+    zm_view_set *set; /* NULL: it did not verify (reason) */
+    char reason[ZM_REASON_MAX];
+    zm_view_set *old[SET_VERSIONS_KEPT]; /* earlier versions, newest first */
+    int present;      /* found by the last scan of DIR */
+} set_entry;
+/* where/ sets made, the last ones kept for the next lookups. */
+#define WHERE_KEPT 16
+
 typedef struct refusal {
     char path[256];
     char reason[256];
@@ -98,6 +117,17 @@ typedef struct size_map {
 } size_map;
 
 struct zm_tree {
+    /* Sets of cells (sets.c): -o sets=DIR's files, read when the mount
+     * starts and again when DIR or a file changes, and where/ sets. */
+    char *sets_dir;   /* NULL: no sets/ */
+    pthread_mutex_t sets_mutex;
+    set_entry *sets;
+    size_t set_count, set_capacity;
+    int64_t sets_dir_mtime_ns;
+    ino_t sets_dir_inode;
+    int sets_scanned;
+    zm_view_set *where[WHERE_KEPT];
+    unsigned where_next;
     char *source_path;
     char *source_text; /* source_path as UTF-8 (other bytes as '?'): JSON holds nothing else */
     zm_source *source;
@@ -203,15 +233,55 @@ typedef enum target_kind {
     T_SEED,       /* .../seed<S>/ */
     T_LINK,       /* .../seed<S>/share=<x> or pct=<x>: a link to k=<K> */
     T_VIEW,       /* a view, and a path inside it */
+    T_SETS,       /* sets/ */
+    T_WHERE,      /* where/ */
+    T_WHERE_KEY,  /* where/<obs key>/ */
+    T_SET,        /* sets/NAME@DIGEST/ or where/KEY/VALUES/: the methods over the set */
 } target_kind;
 
 typedef struct target {
     target_kind kind;
     zm_view_spec spec;
     char key[ZM__VIEW_KEY];  /* the view's key */
-    char link[64];           /* T_LINK: the k= directory it points to */
+    char link[320];          /* T_LINK: the k= directory it points to, or NAME@DIGEST */
+    int set_link;            /* T_LINK: sets/NAME, a link to its current version */
+    char base[ZM__VIEW_KEY]; /* "" at the root, or the set's directory with a '/':
+                              * "sets/NAME@DIGEST/", "where/KEY/VALUES/" */
     const char *rest;    /* inside the view */
 } target;
+
+/* Lets go of what a parsed target holds (its set). Every zm__parse_path
+ * that succeeded is followed by one. */
+void zm__target_clear(target *tg);
+
+/* ---- Sets (sets.c) ---- */
+int zm__sets_open(zm_tree *t, const char *directory, zm_err *err);
+void zm__sets_close(zm_tree *t);
+/* The set sets/NAME names (digest NULL: its current version; else the
+ * version with that digest, current or kept), with a reference for the
+ * caller; -ENOENT with why. */
+int zm__set_get(zm_tree *t, const char *name, size_t length, const char *digest, zm_view_set **out,
+                zm_err *err);
+/* sets/NAME is a link the kernel keeps as an inode of each version it
+ * named (zm_node.snapshot: this bit and the version's digest shifted right
+ * once), so that a version's link never reads as another's: its inode is
+ * "sets/NAME@<snapshot>" (sets/NAME@DIGEST names the version's directory). */
+#define SET_LINK_SNAPSHOT (1ULL << 63)
+static inline uint64_t zm__set_link_snapshot(const char digest[17])
+{
+    uint64_t value = 0;
+    for (int i = 0; i < 16; i++)
+        value = value << 4 | (uint64_t)(digest[i] <= '9' ? digest[i] - '0' : digest[i] - 'a' + 10);
+    return SET_LINK_SNAPSHOT | value >> 1;
+}
+/* The version of sets/NAME whose link has this snapshot, current or kept. */
+int zm__set_get_linked(zm_tree *t, const char *name, size_t length, uint64_t snapshot,
+                       zm_view_set **out, zm_err *err);
+/* The names of the sets that verify now, each a link (to NAME@DIGEST). */
+int zm__sets_list(zm_tree *t, int (*emit)(void *context, const char *name, const char *link),
+                  void *context);
+/* The set where/KEY/VALUES names, with a reference for the caller. */
+int zm__where_get(zm_tree *t, const char *key, const char *values, zm_view_set **out, zm_err *err);
 
 typedef enum file_kind { F_NONE, F_ZGROUP, F_ZATTRS, F_ZARRAY, F_ZMETADATA, F_CHUNK } file_kind;
 

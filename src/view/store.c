@@ -518,6 +518,11 @@ int zm__build_store(zm_view *view, zm_err *err)
     json_t *v = json_pack("{s:s, s:I, s:I, s:I, s:s}", "method", zm_view_kind_name(view->spec.kind), "nObs",
                           (json_int_t)zm_source_n_obs(view->source), "k", (json_int_t)view->rows,
                           "seed", (json_int_t)view->spec.seed, "digest", view->digest);
+    /* The cells the method ran over: the set's record (its name or
+     * filter, digest and size). */
+    const zm_view_set *set = view->spec.set;
+    if (set != NULL && set->record != NULL)
+        json_object_set(v, strncmp(set->name, "where/", 6) == 0 ? "where" : "sets", set->record);
     if (view->spec.kind == ZM_VIEW_BLOCKS)
         json_object_set_new(v, "blockSize", json_integer((json_int_t)view->spec.block_size));
     if (view->spec.kind == ZM_VIEW_STRATIFIED) {

@@ -11,11 +11,12 @@
 #include <string.h>
 
 #include "zarrmount/select.h"
+#include "view/view_internal.h"
 
 /* Rows read at a time when only some columns of them are kept. */
 #define BATCH_ROWS 65536
 
-static const zm_element *obs_column(zm_source *source, const char *field, zm_err *err)
+const zm_element *zm__obs_column(zm_source *source, const char *field, zm_err *err)
 {
     const zm_element *obs = zm_source_find(source, "obs");
     /* By name in O(log n): stratified/ lists every column that can split. */
@@ -28,27 +29,43 @@ static const zm_element *obs_column(zm_source *source, const char *field, zm_err
     return NULL;
 }
 
-/* Why a column cannot stratify, or NULL if it can. */
-static const char *cannot_stratify(const zm_element *e)
+zm__column_use zm__column_use_of(const zm_element *e)
 {
     switch (e->kind) {
     case ZM_ELEMENT_CATEGORICAL:
+        return e->rank == 1 ? ZM__COLUMN_CATEGORICAL : ZM__COLUMN_NOT_ONE_VALUE;
     case ZM_ELEMENT_STRING_ARRAY:
-        return e->rank == 1 ? NULL : "is not one value a cell";
+        return e->rank == 1 ? ZM__COLUMN_STRINGS : ZM__COLUMN_NOT_ONE_VALUE;
     case ZM_ELEMENT_ARRAY:
         if (e->rank != 1)
-            return "is not one value a cell";
+            return ZM__COLUMN_NOT_ONE_VALUE;
         return zm_array_describe(e->values)->dtype.type_class == ZM_TYPE_BOOL
-                   ? NULL
-                   : "holds numbers (a stratum per value is no stratification: stratify by a "
-                     "categorical, string or boolean column)";
+                   ? ZM__COLUMN_BOOLEAN
+                   : ZM__COLUMN_NUMBERS;
     case ZM_ELEMENT_NULLABLE:
-        return e->nullable_boolean ? NULL
-                                   : "holds numbers (a stratum per value is no stratification: "
-                                     "stratify by a categorical, string or boolean column)";
+        return e->nullable_boolean ? ZM__COLUMN_BOOLEAN : ZM__COLUMN_NUMBERS;
     default:
-        return "is not a column of values";
+        return ZM__COLUMN_NOT_VALUES;
     }
+}
+
+/* Why a column cannot stratify, or NULL if it can. */
+static const char *cannot_stratify(const zm_element *e)
+{
+    switch (zm__column_use_of(e)) {
+    case ZM__COLUMN_CATEGORICAL:
+    case ZM__COLUMN_STRINGS:
+    case ZM__COLUMN_BOOLEAN:
+        return NULL;
+    case ZM__COLUMN_NOT_ONE_VALUE:
+        return "is not one value a cell";
+    case ZM__COLUMN_NUMBERS:
+        return "holds numbers (a stratum per value is no stratification: stratify by a "
+               "categorical, string or boolean column)";
+    case ZM__COLUMN_NOT_VALUES:
+        break;
+    }
+    return "is not a column of values";
 }
 
 void zm_field_strata_free(zm_field_strata *s)
@@ -267,7 +284,7 @@ static int plain_strata(zm_source *source, const zm_element *e, uint64_t n, zm_f
 
 int zm_view_field_check(zm_source *source, const char *field, zm_err *err)
 {
-    const zm_element *e = obs_column(source, field, err);
+    const zm_element *e = zm__obs_column(source, field, err);
     if (e == NULL)
         return -ENOENT;
     const char *why = cannot_stratify(e);
@@ -277,7 +294,7 @@ int zm_view_field_check(zm_source *source, const char *field, zm_err *err)
 int zm_view_field_strata(zm_source *source, const char *field, zm_field_strata *out, zm_err *err)
 {
     memset(out, 0, sizeof *out);
-    const zm_element *e = obs_column(source, field, err);
+    const zm_element *e = zm__obs_column(source, field, err);
     if (e == NULL)
         return -ENOENT;
     const char *why = cannot_stratify(e);

@@ -77,6 +77,7 @@ void zm_view_free(zm_view *view)
     free(view->order);
     free(view->inverse);
     free(view->by_source);
+    zm_view_set_unref(view->spec.set);
     pthread_mutex_destroy(&view->mutex);
     free(view);
 }
@@ -278,6 +279,34 @@ static int select_cells(zm_view *view, zm_err *err)
     const zm_priority *p = zm_source_priority(view->source);
     if (view->spec.kind == ZM_VIEW_FULL || view->spec.kind == ZM_VIEW_FILE)
         view->spec.seed = p->verified ? p->seed : 0;
+    const zm_view_set *set = view->spec.set;
+    if (view->spec.kind == ZM_VIEW_FILE && set != NULL) {
+        /* A set's cells in file order (its original positions ascending,
+         * but in a priority-ordered file, whose rows are not). */
+        view->rows = set->count;
+        view->order = zm__big_alloc((set->count ? set->count : 1) * sizeof *view->order);
+        if (view->order == NULL)
+            return zm_err_set(err, -ENOMEM, "out of memory ordering %" PRIu64 " cells", set->count);
+        for (uint64_t i = 0; i < set->count; i++)
+            view->order[i] = p->verified ? p->stored[set->positions[i]] : set->positions[i];
+        if (p->verified) {
+            uint64_t *rows = malloc((set->count ? set->count : 1) * sizeof *rows);
+            int rc = rows ? 0 : zm_err_set(err, -ENOMEM, "out of memory ordering cells");
+            for (uint64_t i = 0; rc == 0 && i < set->count; i++)
+                rows[i] = view->order[i];
+            if (rc == 0)
+                rc = zm_sort_u64(rows, set->count, err);
+            for (uint64_t i = 0; rc == 0 && i < set->count; i++)
+                view->order[i] = (uint32_t)rows[i];
+            free(rows);
+            if (rc != 0)
+                return rc;
+        }
+        view->identity = set->count == n;
+        view->prefix = set->count > 0 && view->order[set->count - 1] == set->count - 1;
+        memcpy(view->digest, set->digest, sizeof view->digest);
+        return 0;
+    }
     if (view->spec.kind == ZM_VIEW_FILE) {
         view->rows = n;
         view->identity = 1;
@@ -358,6 +387,10 @@ int zm_view_request_make(zm_source *source, const zm_view_spec *spec, zm_view_re
     const zm_priority *priority = zm_source_priority(source);
     zm_request *r = &out->request;
     *r = (zm_request){.method = ZM_METHOD_UNIFORM, .n = n, .seed = spec->seed, .k = spec->k};
+    if (spec->set != NULL) {
+        r->set = spec->set->positions;
+        r->set_count = spec->set->count;
+    }
     switch (spec->kind) {
     case ZM_VIEW_FULL:
         /* The priority order of the file's seed: a priority-ordered file's
@@ -435,6 +468,8 @@ int zm_view_create(zm_source *source, const zm_view_spec *spec, uint64_t chunk_b
         return zm_err_set(err, -ENOMEM, "out of memory");
     view->source = source;
     view->spec = *spec;
+    if (spec->set != NULL)
+        zm_view_set_ref(spec->set); /* the view's own, let go in zm_view_free */
     view->chunk_bytes = chunk_bytes ? chunk_bytes : ZM_DEFAULT_CHUNK_BYTES;
     pthread_mutex_init(&view->mutex, NULL);
     int rc = select_cells(view, err);
@@ -455,6 +490,23 @@ int zm_view_select(zm_source *source, const zm_view_spec *spec, zm_view_selectio
 {
     memset(out, 0, sizeof *out);
     uint64_t n = zm_source_n_obs(source);
+    if (spec->kind == ZM_VIEW_FILE && spec->set != NULL) {
+        /* The set's cells, by original position. */
+        zm_selection *s = &out->selection;
+        uint64_t k = spec->set->count;
+        out->made.request.n = n;
+        s->n = n;
+        s->k = k;
+        s->positions = malloc((k ? k : 1) * sizeof *s->positions);
+        s->order = malloc((k ? k : 1) * sizeof *s->order);
+        if (s->positions == NULL || s->order == NULL) {
+            zm_selection_free(s);
+            return zm_err_set(err, -ENOMEM, "out of memory ordering %" PRIu64 " cells", k);
+        }
+        memcpy(s->positions, spec->set->positions, k * sizeof *s->positions);
+        memcpy(s->order, spec->set->positions, k * sizeof *s->order);
+        return 0;
+    }
     if (spec->kind == ZM_VIEW_FILE) {
         zm_selection *s = &out->selection;
         out->made.request.n = n;

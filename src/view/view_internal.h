@@ -1,7 +1,8 @@
 /* Internal to the view module: the view's and a sparse layout's structs, and
  * the functions its files call across each other: view.c (the view, its
- * cells and their lookups), sparse.c (a sparse matrix's layout) and store.c
- * (the store's nodes). */
+ * cells and their lookups), sparse.c (a sparse matrix's layout), store.c
+ * (the store's nodes), strata.c (obs columns as categories) and sets.c (sets
+ * of cells). */
 #ifndef ZARRMOUNT_VIEW_INTERNAL_H
 #define ZARRMOUNT_VIEW_INTERNAL_H
 
@@ -64,5 +65,21 @@ void zm__sparse_free(zm_view_sparse *s);
 /* In store.c: the store's nodes from the source's elements (view->root). */
 int zm__build_store(zm_view *view, zm_err *err);
 void zm__node_free(zm_store_node *node);
+
+/* In strata.c: what an obs column is as one category a cell, which is what
+ * stratified/ splits by and where/ filters by (one rule for both): a
+ * categorical, plain strings, booleans (a nullable boolean's too), or why it
+ * is none of them. */
+typedef enum zm__column_use {
+    ZM__COLUMN_CATEGORICAL,
+    ZM__COLUMN_STRINGS,
+    ZM__COLUMN_BOOLEAN,
+    ZM__COLUMN_NOT_ONE_VALUE, /* not one value a cell (rank 2, ...) */
+    ZM__COLUMN_NUMBERS,       /* numbers: each value its own category */
+    ZM__COLUMN_NOT_VALUES,    /* not a column of values (a dataframe, sparse, ...) */
+} zm__column_use;
+zm__column_use zm__column_use_of(const zm_element *column);
+/* obs/<key>, or NULL with -ENOENT in err ("obs has no column KEY"). */
+const zm_element *zm__obs_column(zm_source *source, const char *key, zm_err *err);
 
 #endif

@@ -564,3 +564,10 @@ void zm__tree_release_snapshot(zm_tree *tree, uint64_t snapshot)
     (void)tree; /* the mock has no live file */
     (void)snapshot;
 }
+
+int zm__tree_changes(zm_tree *tree, const char *path)
+{
+    (void)tree; /* the mock's names never change */
+    (void)path;
+    return 0;
+}

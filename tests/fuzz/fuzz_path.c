@@ -7,11 +7,15 @@
  * The source is $ZM_FUZZ_SOURCE, else h5ad/full-csr.h5ad of the fixtures
  * ($ZM_FIXTURES_DIR/sources, else the source tree's): 60 cells with
  * categorical, string and boolean obs columns and dense and sparse obsm
- * entries, so every method has keys to take.
+ * entries, so every method has keys to take. The tree's sets directory
+ * (sets/) is a temporary one written at start (SETS, the sets
+ * tests/integration/hostile_paths.txt names: squares, names, and bad,
+ * which does not verify), removed at exit.
  *
  * Properties: a path that does not exist is -ENOENT with a reason (never
  * -EIO: the source is sound); a link reads as k=<K>, K canonical in
- * [1, n], and readlink of anything else is -EINVAL; a file has a known size,
+ * [1, n], or, for sets/NAME, as NAME@<16 lowercase hex digits>, a directory
+ * that exists; readlink of anything else is -EINVAL; a file has a known size,
  * reads to it, and a Zarr document (.zgroup, .zattrs, .zarray, .zmetadata)
  * or .zarrmount file is valid JSON; a directory lists, every name it lists
  * is one path component that exists with the kind (and the size) listed;
@@ -21,6 +25,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <unistd.h>
 
 #include "zarrmount/tree.h"
 #include "fuzz.h"
@@ -37,6 +42,48 @@
 static zm_tree *tree;
 static unsigned long long n_obs; /* the source's cells, from info.json */
 
+/* The sets directory's files (for the 60 cells of full-csr.h5ad). */
+static const struct {
+    const char *name, *text;
+} SETS[] = {
+    {"squares.json", "{\"cells\": {\"kept\": \"AQIEBggKDA==\", \"digest\": \"ce0722014cee9b39\", "
+                     "\"spec\": {\"method\": \"selection\", \"nObs\": 60, \"k\": 7}}}\n"},
+    {"bad.json", "{\"cells\": {\"kept\": \"AQIEBggKDA==\", \"digest\": \"0000000000000000\", "
+                 "\"spec\": {\"method\": \"selection\", \"nObs\": 60, \"k\": 7}}}\n"},
+    {"names.txt", "cell_000\ncell_059\n"},
+};
+static char sets_dir[PATH_MAX];
+
+static void remove_sets(void)
+{
+    char file[PATH_MAX + 64];
+    for (size_t i = 0; i < sizeof SETS / sizeof SETS[0]; i++) {
+        snprintf(file, sizeof file, "%s/%s", sets_dir, SETS[i].name);
+        unlink(file);
+    }
+    rmdir(sets_dir);
+}
+
+static void write_sets(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(sets_dir, sizeof sets_dir, "%s/zm-fuzz-sets-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (mkdtemp(sets_dir) == NULL) {
+        fprintf(stderr, "fuzz_path: cannot make %s: %s\n", sets_dir, strerror(errno));
+        exit(1);
+    }
+    atexit(remove_sets);
+    for (size_t i = 0; i < sizeof SETS / sizeof SETS[0]; i++) {
+        char file[PATH_MAX + 64];
+        snprintf(file, sizeof file, "%s/%s", sets_dir, SETS[i].name);
+        FILE *f = fopen(file, "w");
+        if (f == NULL || fputs(SETS[i].text, f) < 0 || fclose(f) != 0) {
+            fprintf(stderr, "fuzz_path: cannot write %s\n", file);
+            exit(1);
+        }
+    }
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
@@ -49,9 +96,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     else
         snprintf(source, sizeof source, "%s/sources/h5ad/full-csr.h5ad",
                  fixtures != NULL && fixtures[0] != '\0' ? fixtures : ZM_FUZZ_FIXTURES);
+    write_sets();
     /* Small caches, nothing on disk, no work ahead: each input's calls are
      * all that runs. */
     zm_tree_options options = {.source = source,
+                               .sets_dir = sets_dir,
                                .chunk_bytes = 4096,
                                .cache_bytes = 64u << 20,
                                .threads = 1,
@@ -176,17 +225,42 @@ static void check_directory(const char *path)
     }
 }
 
+/* sets/NAME: a link to NAME@<16 lowercase hex digits>, a directory. */
+static void check_set_link(const char *path, const char *target)
+{
+    const char *name = path + 5;
+    size_t length = strlen(name);
+    int shaped = strncmp(target, name, length) == 0 && target[length] == '@' &&
+                 strlen(target + length + 1) == 16 &&
+                 strspn(target + length + 1, "0123456789abcdef") == 16;
+    ZM_FUZZ_CHECK(shaped, "\"%.100s\" links to \"%.100s\", not %s@<digest>", path, target, name);
+    char version[PATH_MAX];
+    snprintf(version, sizeof version, "sets/%s", target);
+    zm_node node;
+    zm_err err;
+    zm_err_clear(&err);
+    int rc = zm__tree_lookup(tree, version, &node, &err);
+    ZM_FUZZ_CHECK(rc == 0 && node.kind == ZM_NODE_DIRECTORY,
+                  "\"%.100s\" links to \"%.100s\", which is not a directory: %d %s", path, target,
+                  rc, err.reason);
+}
+
 static void check_link(const char *path)
 {
-    char target[64];
+    char target[PATH_MAX];
     zm_err err;
     zm_err_clear(&err);
     int rc = zm__tree_readlink(tree, path, target, sizeof target, &err);
     ZM_FUZZ_CHECK(rc == 0, "readlink \"%.100s\": %s", path, err.reason);
+    if (strncmp(path, "sets/", 5) == 0 && strchr(path + 5, '/') == NULL) {
+        check_set_link(path, target);
+        return;
+    }
     ZM_FUZZ_CHECK(!strncmp(target, "k=", 2) && target[2] >= '1' && target[2] <= '9' &&
                       strspn(target + 2, "0123456789") == strlen(target + 2),
                   "\"%.100s\" links to \"%s\"", path, target);
-    /* The size a share names is a count of the source's cells. */
+    /* The size a share names is a count of the source's cells (of a set's:
+     * at most n). */
     char *end;
     unsigned long long k = strtoull(target + 2, &end, 10);
     ZM_FUZZ_CHECK(k >= 1 && k <= n_obs, "\"%.100s\" links to k = %llu of %llu cells", path, k,
@@ -217,7 +291,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (node.kind == ZM_NODE_LINK) {
         check_link(path);
     } else {
-        char target[64];
+        char target[PATH_MAX];
         zm_err_clear(&err);
         ZM_FUZZ_CHECK(zm__tree_readlink(tree, path, target, sizeof target, &err) == -EINVAL &&
                           err.reason[0],

@@ -64,6 +64,23 @@ def paths():
         "uniform/seed0/k=0", "uniform/seed01/k=1", "stratified/nope/seed0/k=1",
         # Regressions: a seed listing named sizes the minimum refuses (test_tree.c).
         "stratified/cell_type/balanced/min=4/seed1",
+        # sets/ (fuzz_path.c's sets directory: squares, names, bad) and where/.
+        "sets", "sets/squares", "sets/names", "sets/bad", "sets/nope",
+        "sets/squares@ce0722014cee9b39", "sets/squares@0000000000000000",
+        "sets/squares@ce0722014cee9b39/uniform/seed0/k=3/.zattrs",
+        "sets/squares/blocks/B=2/seed1/share=0.5", "sets/names@636535f822d6181d/file/obs/_index/0",
+        "sets/squares/stratified/cell_type/balanced/min=1/seed0/k=5/.zmetadata",
+        "sets/squares/spatial/X_pca/G=3/cols=2,0/seed0/k=4/obsm/X_pca/0.0",
+        "sets/squares/full/X/indptr/0", "sets/squares/uniform/seed0/pct=50",
+        "where", "where/cell_type", "where/cell_type/B cell", "where/cell_type/B cell,NK/full",
+        "where/cell_type/T cell/uniform/seed0/k=5/.zattrs", "where/cell_type/B%20cell",
+        "where/cell_type/%2F", "where/cell_type/%2E%2E", "where/cell_type/,", "where/cell_type/%4",
+        "where/quality/low,mid,high/stratified/quality/seed0/k=10",
+        "where/label_utf8/zelle-0-\u03b1-\u00fc/file/obs/label_utf8/0",
+        "where/label_utf8", "where/barcode/BC000-GGTCCGGG/file",
+        "where/bool/true/blocks/B=4/seed2/k=6/X/data/0", "where/bool/false,true/uniform/seed0/share=0.5",
+        "where/nullable_bool/false/spatial/X_umap/seed0/k=3", "where/nullable_bool",
+        "where/int8/0", "where/cat_none_used/x",
     ]:
         write("path", p)
 

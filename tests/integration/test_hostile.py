@@ -2,7 +2,8 @@
 """Malformed and hostile paths against a live mount (issue 7, "Paths").
 
 Mounts fixtures/sources/h5ad/full-csr.h5ad with the real zarrmount (-d, so
-that every name that does not exist is logged with its reason) and tries
+that every name that does not exist is logged with its reason; -o sets= with
+the sets the list names, written by write_sets) and tries
 every path of hostile_paths.txt: stat, lstat, open for reading and listing
 each give the errno the list expects (ENOENT, or ENAMETOOLONG and ENOTDIR
 where the kernel decides, EINVAL for readlink of what is not a link; a few
@@ -53,6 +54,32 @@ LIST_GROWTH_BOUND_KIB = (32 * 1024 + 64 * SOURCE_CELLS) * (2 if SANITIZED else 1
 # AddressSanitizer, whose allocator keeps metadata and a quarantine.)
 EXTRA_NAMES = 10000
 EXTRA_GROWTH_BOUND_KIB = 4 * 1024 * (2 if SANITIZED else 1)
+
+
+# The sets of the mount's -o sets=DIR that hostile_paths.txt names (its header): the cells of
+# squares.json, the obs names of names.txt, and bad.json, squares with a wrong digest.
+SQUARES = [1, 4, 9, 16, 25, 36, 49]
+SQUARES_DIGEST = "ce0722014cee9b39"
+NAMES = ["cell_000", "cell_059"]
+
+
+def write_sets():
+    """The sets directory the list's sets/ paths are tried against (its digests are written in
+    the list, and computed here again from the specification's digest: set_rules.py)."""
+    import set_rules
+    directory = os.path.join(live_mount.PARENT, "hostile-sets")
+    os.makedirs(directory, exist_ok=True)
+    document = set_rules.cell_set_document(SQUARES, SOURCE_CELLS)
+    check(f"squares.json's digest is the list's ({SQUARES_DIGEST})", document["cells"]["digest"] == SQUARES_DIGEST,
+          document["cells"]["digest"])
+    with open(os.path.join(directory, "squares.json"), "w") as f:
+        json.dump(document, f)
+    document["cells"]["digest"] = "0" * 16
+    with open(os.path.join(directory, "bad.json"), "w") as f:
+        json.dump(document, f)
+    with open(os.path.join(directory, "names.txt"), "w") as f:
+        f.write("\n".join(NAMES) + "\n")
+    return directory
 
 
 def open_read(path):
@@ -261,7 +288,7 @@ def main():
           len(entries) - counts.get("OK", 0) >= 300)
     mount = None
     try:
-        mount = Mount()
+        mount = Mount(live_mount.SOURCE, f"sets={write_sets()}")
         kept = warm_up(mount)
         wait_quiet(mount)
         before = mount.memory()
