@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/base64.h"
+#include "zarrmount/text.h"
 #include "zarrmount/select.h"
 
 static void expect_digest(const uint32_t *positions, uint64_t k, uint64_t n, const char *want)
@@ -151,19 +151,19 @@ Test(base64, round_trip_and_rejects)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         size_t length = i == 5 ? 3 : strlen(cases[i][0]);
         char out[16];
-        zm__base64_encode((const uint8_t *)cases[i][0], length, out);
+        zm_base64_encode((const uint8_t *)cases[i][0], length, out);
         cr_expect_str_eq(out, cases[i][1]);
         uint8_t *bytes;
         size_t decoded;
-        cr_assert_eq(zm__base64_decode(out, strlen(out), &bytes, &decoded), 0);
+        cr_assert_eq(zm_base64_decode(out, strlen(out), &bytes, &decoded), 0);
         cr_expect_eq(decoded, length);
         cr_expect_eq(memcmp(bytes, cases[i][0], length), 0);
         free(bytes);
     }
     uint8_t *bytes;
     size_t decoded;
-    cr_expect_eq(zm__base64_decode("Zg=", 3, &bytes, &decoded), -EINVAL);
-    cr_expect_eq(zm__base64_decode("Z=g=", 4, &bytes, &decoded), -EINVAL);
-    cr_expect_eq(zm__base64_decode("Zg*=", 4, &bytes, &decoded), -EINVAL);
-    cr_expect_eq(zm__base64_decode("Zg==Zg==", 8, &bytes, &decoded), -EINVAL);
+    cr_expect_eq(zm_base64_decode("Zg=", 3, &bytes, &decoded), -EINVAL);
+    cr_expect_eq(zm_base64_decode("Z=g=", 4, &bytes, &decoded), -EINVAL);
+    cr_expect_eq(zm_base64_decode("Zg*=", 4, &bytes, &decoded), -EINVAL);
+    cr_expect_eq(zm_base64_decode("Zg==Zg==", 8, &bytes, &decoded), -EINVAL);
 }

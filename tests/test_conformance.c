@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/base64.h"
+#include "zarrmount/text.h"
 #include "zarrmount/cli.h"
 #include "zarrmount/select.h"
 
@@ -172,8 +172,8 @@ Test(conformance, digests_and_encodings)
         uint8_t *bytes;
         size_t length;
         cr_assert_eq(zm_cellset_encode(positions, k, n, &bytes, &length, NULL), 0);
-        char *text = malloc(zm__base64_length(length) + 1);
-        zm__base64_encode(bytes, length, text);
+        char *text = malloc(zm_base64_length(length) + 1);
+        zm_base64_encode(bytes, length, text);
         cr_expect_str_eq(text, json_string_value(json_object_get(row, "kept")));
         uint32_t *decoded;
         uint64_t dk;
@@ -190,7 +190,7 @@ Test(conformance, digests_and_encodings)
         const char *kept = json_string_value(json_object_get(row, "kept"));
         uint8_t *bytes;
         size_t length;
-        cr_assert_eq(zm__base64_decode(kept, strlen(kept), &bytes, &length), 0);
+        cr_assert_eq(zm_base64_decode(kept, strlen(kept), &bytes, &length), 0);
         uint32_t *decoded;
         uint64_t dk;
         zm_err err;

@@ -86,4 +86,14 @@ int zm_big_sub(zm_big *a, const zm_big *b);
  * be NULL; neither may alias a or b. -EDOM when b is zero. */
 int zm_big_divmod(const zm_big *a, const zm_big *b, zm_big *q, zm_big *r);
 
+/* ---- Base64 (RFC 4648, with padding): cell set bytes in JSON ---------------- */
+
+/* Length of the encoding of length bytes, without the NUL. */
+size_t zm_base64_length(size_t length);
+/* Writes the encoding and a NUL into out (zm_base64_length + 1 bytes). */
+void zm_base64_encode(const uint8_t *bytes, size_t length, char *out);
+/* Decodes text (padding required, no whitespace); *bytes is malloc'd.
+ * Returns 0 or -EINVAL for text that is not base64, -ENOMEM. */
+int zm_base64_decode(const char *text, size_t text_length, uint8_t **bytes, size_t *length);
+
 #endif

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/base64.h"
+#include "zarrmount/text.h"
 #include "zarrmount/cli.h"
 #include "zarrmount/view.h"
 #include "zarrmount/source.h"
@@ -58,11 +58,11 @@ int zm_select_command_run(const zm_select_command *command, FILE *out, zm_err *e
     uint8_t *bytes = NULL;
     size_t length = 0;
     rc = zm_cellset_encode(selection.positions, selection.k, selection.n, &bytes, &length, err);
-    char *kept = rc == 0 ? malloc(zm__base64_length(length) + 1) : NULL;
+    char *kept = rc == 0 ? malloc(zm_base64_length(length) + 1) : NULL;
     if (rc == 0 && kept == NULL)
         rc = zm_err_set(err, -ENOMEM, "out of memory encoding the kept cells");
     if (rc == 0) {
-        zm__base64_encode(bytes, length, kept);
+        zm_base64_encode(bytes, length, kept);
         char digest[17];
         zm_cellset_digest(selection.positions, selection.k, selection.n, digest);
         fprintf(out, "{\"k\":%llu", (unsigned long long)selection.k);

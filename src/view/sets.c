@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "zarrmount/text.h"
 #include "view/view_internal.h"
 #include "zarrmount/select.h"
 
@@ -249,54 +250,6 @@ static int read_whole(const char *path, char **out, size_t *size, zm_err *err)
 
 /* ---- NAME.json: a Cellucid cell set ----------------------------------------------- */
 
-static int sextet(unsigned char c)
-{
-    return c >= 'A' && c <= 'Z'   ? c - 'A'
-           : c >= 'a' && c <= 'z' ? c - 'a' + 26
-           : c >= '0' && c <= '9' ? c - '0' + 52
-           : c == '+'             ? 62
-           : c == '/'             ? 63
-                                  : -1;
-}
-
-/* Standard base64 with padding (RFC 4648), as a session writes cells.kept:
- * 0, -EINVAL for anything else, -ENOMEM. (The command line's encoder is its
- * own module's, above this one.) */
-static int base64_decode(const char *text, size_t length, uint8_t **bytes, size_t *size)
-{
-    *bytes = NULL;
-    *size = 0;
-    if (length % 4 != 0)
-        return -EINVAL;
-    uint8_t *out = malloc(length / 4 * 3 + 1);
-    if (out == NULL)
-        return -ENOMEM;
-    size_t o = 0;
-    for (size_t i = 0; i < length; i += 4) {
-        int s[4], padding = 0;
-        for (int j = 0; j < 4; j++) {
-            unsigned char c = (unsigned char)text[i + j];
-            if (c == '=' && i + 4 == length && j >= 2) {
-                s[j] = 0;
-                padding++;
-            } else if (padding > 0 || (s[j] = sextet(c)) < 0) {
-                free(out);
-                return -EINVAL;
-            }
-        }
-        uint32_t v =
-            (uint32_t)s[0] << 18 | (uint32_t)s[1] << 12 | (uint32_t)s[2] << 6 | (uint32_t)s[3];
-        out[o++] = (uint8_t)(v >> 16);
-        if (padding < 2)
-            out[o++] = (uint8_t)(v >> 8);
-        if (padding < 1)
-            out[o++] = (uint8_t)v;
-    }
-    *bytes = out;
-    *size = o;
-    return 0;
-}
-
 static int refuse(zm_err *err, const char *path, const char *why)
 {
     return zm_err_set(err, -EINVAL,
@@ -339,7 +292,7 @@ static int cells_of_cellucid(zm_source *source, const char *path, const char *te
     uint8_t *bytes = NULL;
     size_t length = 0;
     if (rc == 0) {
-        rc = base64_decode(json_string_value(kept), json_string_length(kept), &bytes, &length);
+        rc = zm_base64_decode(json_string_value(kept), json_string_length(kept), &bytes, &length);
         if (rc == -EINVAL)
             rc = refuse(err, path, "cells.kept is not base64 (RFC 4648, padded)");
         else if (rc != 0)

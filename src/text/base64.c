@@ -1,4 +1,7 @@
-#include "cli/base64.h"
+/* Standard base64 (RFC 4648, with padding): the cell set bytes of a session
+ * (cells.kept) as JSON holds them, written by select and read from set files.
+ * By hand: a few lines, and no Debian library of ours has it. */
+#include "zarrmount/text.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -6,9 +9,9 @@
 static const char alphabet[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-size_t zm__base64_length(size_t length) { return (length + 2) / 3 * 4; }
+size_t zm_base64_length(size_t length) { return (length + 2) / 3 * 4; }
 
-void zm__base64_encode(const uint8_t *bytes, size_t length, char *out)
+void zm_base64_encode(const uint8_t *bytes, size_t length, char *out)
 {
     size_t i = 0, o = 0;
     for (; i + 3 <= length; i += 3) {
@@ -49,7 +52,7 @@ static int sextet(char c)
     return -1;
 }
 
-int zm__base64_decode(const char *text, size_t text_length, uint8_t **bytes, size_t *length)
+int zm_base64_decode(const char *text, size_t text_length, uint8_t **bytes, size_t *length)
 {
     *bytes = NULL;
     *length = 0;
