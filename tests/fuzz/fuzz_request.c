@@ -19,7 +19,7 @@
 #include <errno.h>
 #include <jansson.h>
 
-#include "cli/base64.h"
+#include "zarrmount/text.h"
 #include "fuzz.h"
 #include "zarrmount/cli.h"
 
@@ -156,7 +156,7 @@ static void check_result(json_t *result, const zm_select_command *command)
         ZM_FUZZ_CHECK(json_is_string(kept), "no \"kept\"");
         uint8_t *bytes = NULL;
         size_t length = 0;
-        ZM_FUZZ_CHECK(zm__base64_decode(json_string_value(kept), json_string_length(kept), &bytes,
+        ZM_FUZZ_CHECK(zm_base64_decode(json_string_value(kept), json_string_length(kept), &bytes,
                                         &length) == 0,
                       "\"kept\" is not base64");
         uint32_t *decoded = NULL;
