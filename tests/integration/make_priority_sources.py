@@ -63,6 +63,9 @@ import warnings
 
 import h5py
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from set_rules import fmix32, rank, seed_key  # noqa: E402,F401
 import pandas as pd
 import scipy.sparse as sp
 
@@ -91,33 +94,7 @@ U32 = np.uint32
 
 # ---- The specification's rank ------------------------------------------------------------
 
-def fmix32(h):
-    """MurmurHash3's finaliser on uint32 (a numpy array or a Python int), modulo 2^32."""
-    if isinstance(h, (int, np.integer)):
-        h = int(h) & 0xFFFFFFFF
-        h ^= h >> 16
-        h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-        h ^= h >> 13
-        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-        return h ^ (h >> 16)
-    h = np.asarray(h, dtype=U32).copy()
-    with np.errstate(over="ignore"):
-        h ^= h >> U32(16)
-        h *= U32(0x85EBCA6B)
-        h ^= h >> U32(13)
-        h *= U32(0xC2B2AE35)
-        h ^= h >> U32(16)
-    return h
-
-
-def seed_key(seed):
-    """seedKey(seed) = fmix32(seed ^ 0x9e3779b9)."""
-    return fmix32((int(seed) ^ 0x9E3779B9) & 0xFFFFFFFF)
-
-
-def rank(seed, positions):
-    """rank(seed, p) = fmix32(p ^ seedKey(seed)) for each position (uint32)."""
-    return fmix32(np.asarray(positions, dtype=U32) ^ U32(seed_key(seed)))
+# fmix32, seed_key and rank: set_rules.py, the tests' one reading of the specification's rank.
 
 
 def priority_order(seed, n):

@@ -43,6 +43,7 @@ import scipy.sparse as sp
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import h5ad_writer  # noqa: E402
+from set_rules import digest, encode_kept as leb128_gaps  # noqa: E402
 
 N = 1200
 LABELS = ["a/b", "x,y", "Zelle-ü", "50%", ".", "..", "tab\there", "plain", "unused", ""]
@@ -51,46 +52,7 @@ TISSUES = ["lung", "liver", "a/b", "brain", ""]
 
 # ---- The specification ---------------------------------------------------------------------
 
-def fmix32(h):
-    h &= 0xFFFFFFFF
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    return h ^ (h >> 16)
-
-
-def rotl32(x, r):
-    return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
-
-
-def digest(positions, n):
-    k = len(positions)
-    a = 0x811C9DC5 ^ n
-    b = 0x9E3779B9 ^ k
-    for p in positions:
-        a = ((a ^ p) * 0x01000193) & 0xFFFFFFFF
-        x = b ^ p
-        b = (rotl32(x, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
-    return "%08x%08x" % (fmix32(a ^ k), fmix32(b ^ n))
-
-
-def leb128_gaps(positions, n):
-    if list(positions) == list(range(n)):
-        return b""
-    out = bytearray()
-    previous = -1
-    for p in positions:
-        gap = p - previous - 1
-        previous = p
-        while True:
-            byte = gap & 0x7F
-            gap >>= 7
-            out.append(byte | (0x80 if gap else 0))
-            if not gap:
-                break
-    return bytes(out)
-
+# The digest and the LEB128 gaps: set_rules.py, the tests' one reading of them.
 
 def escape(value):
     """A where/ value (str or bytes) as its path component."""
