@@ -246,7 +246,7 @@ static int parse_spatial(zm_tree *t, const char *p, target *out, zm_err *err)
     return parse_seed_and_size(t, p, prefix, out, err);
 }
 
-static int parse_methods(zm_tree *t, const char *path, const char *p, target *out, zm_err *err);
+static int parse_methods(zm_tree *t, const char *p, target *out, zm_err *err);
 
 void zm__target_clear(target *tg)
 {
@@ -267,7 +267,7 @@ static int is_version(const char *text, size_t n)
 
 /* sets/, sets/NAME (a link to its version NAME@DIGEST), sets/NAME@DIGEST/
  * and the methods under it. */
-static int parse_sets(zm_tree *t, const char *path, const char *p, target *out, zm_err *err)
+static int parse_sets(zm_tree *t, const char *p, target *out, zm_err *err)
 {
     if (*p == '\0') {
         if (t->sets_dir == NULL)
@@ -314,11 +314,11 @@ static int parse_sets(zm_tree *t, const char *path, const char *p, target *out, 
         return 0;
     }
     out->set_link = 0;
-    return parse_methods(t, path, p, out, err);
+    return parse_methods(t, p, out, err);
 }
 
 /* where/, where/KEY/, where/KEY/VALUES/ and the methods under it. */
-static int parse_where(zm_tree *t, const char *path, const char *p, target *out, zm_err *err)
+static int parse_where(zm_tree *t, const char *p, target *out, zm_err *err)
 {
     if (*p == '\0') {
         out->kind = T_WHERE;
@@ -349,7 +349,7 @@ static int parse_where(zm_tree *t, const char *path, const char *p, target *out,
         out->kind = T_SET;
         return 0;
     }
-    return parse_methods(t, path, p, out, err);
+    return parse_methods(t, p, out, err);
 }
 
 int zm__parse_path(zm_tree *t, const char *path, target *out, zm_err *err)
@@ -377,11 +377,11 @@ int zm__parse_path(zm_tree *t, const char *path, target *out, zm_err *err)
     }
     int rc;
     if (n == 4 && !strncmp(part, "sets", 4))
-        rc = parse_sets(t, path, after, out, err);
+        rc = parse_sets(t, after, out, err);
     else if (n == 5 && !strncmp(part, "where", 5))
-        rc = parse_where(t, path, after, out, err);
+        rc = parse_where(t, after, out, err);
     else
-        rc = parse_methods(t, path, p, out, err);
+        rc = parse_methods(t, p, out, err);
     if (rc != 0) {
         zm__target_clear(out);
         return rc;
@@ -400,7 +400,7 @@ int zm__parse_path(zm_tree *t, const char *path, target *out, zm_err *err)
 
 /* The methods and their settings (at the root, or under a set's
  * directory): p is what follows. */
-static int parse_methods(zm_tree *t, const char *path, const char *p, target *out, zm_err *err)
+static int parse_methods(zm_tree *t, const char *p, target *out, zm_err *err)
 {
     const char *part;
     size_t n = take(&p, &part);
@@ -412,7 +412,6 @@ static int parse_methods(zm_tree *t, const char *path, const char *p, target *ou
         out->rest = p;
         return 0;
     }
-    (void)path;
     int blocks = n == 6 && !strncmp(part, "blocks", 6);
     int uniform = n == 7 && !strncmp(part, "uniform", 7);
     int stratified = n == 10 && !strncmp(part, "stratified", 10);
