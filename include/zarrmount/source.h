@@ -189,6 +189,7 @@ typedef enum zm_source_format {
     ZM_FORMAT_LOOM,
     ZM_FORMAT_10X_V3,
     ZM_FORMAT_10X_V2,
+    ZM_FORMAT_H5MU, /* MuData: modalities (zm_source_modality) beside global annotations */
 } zm_source_format;
 
 typedef struct zm_source_options {
@@ -224,7 +225,34 @@ const zm_element *zm_source_find(const zm_source *source, const char *path);
  * model is complete. */
 const zm_element *zm_element_child(const zm_element *element, const char *name, size_t length);
 
-/* Elements of the file the model leaves out, one line each ("PATH: why"). */
+/* ---- Modalities (MuData) ---------------------------------------------------------
+ *
+ * A MuData source (.h5mu) is global annotations (its own model: obs, var,
+ * obsm, varm, obsp, varp, uns, obsmap, varmap; no X) and modalities, each an
+ * AnnData of its own: a source of its own too, with its own cells and genes
+ * and model (the element paths in it are the modality's: "X", "obs/..."),
+ * read through the source's file, threads and cache. A modality is the
+ * source's: it lives as long as the source, and is never closed itself. The
+ * global cells (zm_source_n_obs of the source) are what views select; each
+ * global cell is a row of a modality or not (/obsmap/NAME). */
+size_t zm_source_modality_count(const zm_source *source); /* 0: not multimodal */
+/* Modality i in the order served (the file's mod-order, then any other). */
+zm_source *zm_source_modality(const zm_source *source, size_t i);
+const char *zm_source_modality_name(const zm_source *source, size_t i);
+/* The row of modality i that each global cell (by stored row) is, or
+ * ZM_SOURCE_ABSENT: from /obsmap/NAME, checked when the source opened
+ * (each modality row is exactly one global cell's). */
+#define ZM_SOURCE_ABSENT UINT32_MAX
+const uint32_t *zm_source_modality_rows(const zm_source *source, size_t i);
+/* The root's "axis" attribute (0: the modalities share cells, 1: genes,
+ * -1: both), or -2 when it has none. */
+int zm_source_modality_axis(const zm_source *source);
+/* The source a modality belongs to (NULL for a source that is no
+ * modality). */
+const zm_source *zm_source_parent(const zm_source *source);
+
+/* Elements of the file the model leaves out, one line each ("PATH: why"):
+ * the modalities' as well as the source's own. */
 size_t zm_source_skipped(const zm_source *source, const char *const **lines);
 /* Raw bytes of the source file from offset, through the descriptor it was
  * opened and checked with (never the path again); the bytes read, or -errno. */

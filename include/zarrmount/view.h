@@ -112,6 +112,7 @@ typedef enum zm_producer {
     ZM_PRODUCE_INDPTR,      /* a sparse matrix's pointers in the view */
     ZM_PRODUCE_ENTRIES,     /* a sparse matrix's data or indices in the view */
     ZM_PRODUCE_RECORDS,     /* a structured array (rec-array) as packed records */
+    ZM_PRODUCE_OBSMAP,      /* MuData obsmap/NAME: each view cell's row in the modality's part */
 } zm_producer;
 
 /* Which part of a sparse matrix an ENTRIES/INDPTR array is. */
@@ -136,6 +137,11 @@ struct zm_store_node {
     size_t value_size;        /* bytes per value (numbers) */
     int cell_columns;         /* CELL_ROWS of a dense obsp matrix: columns are cells too */
     size_t *field_sizes;      /* RECORDS: bytes of each field in a record */
+    size_t modality;          /* OBSMAP: which modality (part) */
+    /* The view whose cells this node's rows are when it is not the view it
+     * was found through: a modality's part (zm_view_part) for the nodes
+     * under mod/NAME/ of a MuData view; NULL otherwise. zm_view_of says. */
+    struct zm_view *view;
     uint64_t grid[ZM_ZARR_MAX_RANK];
     /* groups */
     size_t child_count;
@@ -183,6 +189,28 @@ const char *zm_view_digest(const zm_view *view);
  * source cells its walks made (map or list), and its sparse matrices'
  * pointers. */
 uint64_t zm_view_bytes(zm_view *view);
+
+/* ---- Modalities: a MuData view's parts ----------------------------------------
+ *
+ * A view of a multimodal source (zm_source_modality_count) selects global
+ * cells; each modality is a part, a view of its own over the modality's
+ * source whose rows are the view's cells it measured, in view order. Its
+ * store is the group mod/NAME/ of the view's, and the view's obsmap/NAME
+ * gives each view cell's row in it. A part is the view's: freed with it. */
+size_t zm_view_part_count(const zm_view *view);
+zm_view *zm_view_part(const zm_view *view, size_t i);
+const char *zm_view_part_name(const zm_view *view, size_t i);
+/* Each view row's 1-based row in part i, 0 where it is none of its cells. */
+const uint32_t *zm_view_part_map(const zm_view *view, size_t i);
+/* The view a part belongs to; NULL for a view that is no part. */
+zm_view *zm_view_owner(const zm_view *view);
+/* The view a node found through view belongs to: its part's for a node
+ * under mod/NAME/, else view. Everything asked of a node's cells (order,
+ * sparse layout, walks) is asked of this view. */
+static inline zm_view *zm_view_of(const zm_view *view, const zm_store_node *node)
+{
+    return node->view ? node->view : (zm_view *)view;
+}
 
 /* Sparse layout (synth uses these). */
 typedef struct zm_view_sparse_info {

@@ -229,6 +229,19 @@ int zm_inspect_main(int argc, char **argv, FILE *out)
         json_t *priority = zm_tree_priority_json(source);
         if (priority != NULL)
             json_object_set_new(o, "priority", priority);
+        if (zm_source_modality_count(source) > 0) {
+            json_t *mods = json_array();
+            for (size_t i = 0; i < zm_source_modality_count(source); i++) {
+                zm_source *m = zm_source_modality(source, i);
+                json_t *mod = json_pack("{s:s, s:I, s:I}", "name",
+                                        zm_source_modality_name(source, i), "nObs",
+                                        (json_int_t)zm_source_n_obs(m), "nVars",
+                                        (json_int_t)zm_source_n_vars(m));
+                json_object_set_new(mod, "elements", element_json(zm_source_root(m)));
+                json_array_append_new(mods, mod);
+            }
+            json_object_set_new(o, "modalities", mods);
+        }
         json_t *list = json_array();
         for (size_t i = 0; i < skipped_count; i++)
             json_array_append_new(list, json_string(skipped[i]));
@@ -241,6 +254,13 @@ int zm_inspect_main(int argc, char **argv, FILE *out)
                 zm_source_format_name(zm_source_get_format(source)), zm_source_n_obs(source),
                 zm_source_n_vars(source));
         print_text(out, zm_source_root(source), 0);
+        for (size_t i = 0; i < zm_source_modality_count(source); i++) {
+            zm_source *m = zm_source_modality(source, i);
+            fprintf(out, "modality %s (mod/%s): %" PRIu64 " cells × %" PRIu64 " genes\n",
+                    zm_source_modality_name(source, i), zm_source_modality_name(source, i),
+                    zm_source_n_obs(m), zm_source_n_vars(m));
+            print_text(out, zm_source_root(m), 1);
+        }
         if (rc == 0)
             fprintf(out, "default block size B0 = %" PRIu64 " (rule %s, from %s): %s\n",
                     block.block_size, block.rule, block.element, block.explanation);

@@ -100,7 +100,31 @@ static const zm_element *expression_matrix(zm_source *source, char *why, size_t 
     return NULL;
 }
 
+static int block_size_of(zm_source *source, zm_block_size *out, zm_err *err);
+
+/* A MuData's B0 is its first modality's (mod-order's first): the global
+ * cells have no matrix of their own, and the blocks rule's purpose, a block
+ * a few of the matrix's chunks, holds for the modality read first. */
 int zm_source_default_block_size(zm_source *source, zm_block_size *out, zm_err *err)
+{
+    if (source->modality_count == 0)
+        return block_size_of(source, out, err);
+    int rc = block_size_of(source->modalities[0], out, err);
+    if (rc != 0)
+        return rc;
+    const char *name = source->modality_names[0];
+    char element[sizeof out->element], explanation[sizeof out->explanation];
+    if (out->element[0])
+        snprintf(element, sizeof element, "mod/%s/%s", name, out->element);
+    else
+        snprintf(element, sizeof element, "mod/%s", name);
+    snprintf(explanation, sizeof explanation, "the first modality, %s: %s", name, out->explanation);
+    memcpy(out->element, element, sizeof element);
+    memcpy(out->explanation, explanation, sizeof explanation);
+    return 0;
+}
+
+static int block_size_of(zm_source *source, zm_block_size *out, zm_err *err)
 {
     (void)err;
     memset(out, 0, sizeof *out);

@@ -21,6 +21,7 @@ typedef struct reader {
     zm_source *source;
     hid_t file;
     zm_err *err;
+    const char *base; /* the AnnData's group: "" (the file's root) or "/mod/NAME" */
     /* Every group read, by its identity in the file, with the path it was
      * read at: a group is read once, however many links lead to it. */
     zm__set groups;
@@ -581,7 +582,7 @@ static int legacy_dataframe(reader *r, const char *h5path, const char *parent, c
             continue;
         }
         char categories_path[ZM__PATH_BUFFER];
-        snprintf(categories_path, sizeof categories_path, "/uns/%s_categories", member);
+        snprintf(categories_path, sizeof categories_path, "%s/uns/%s_categories", r->base, member);
         if (zm__h5_object_type(r->file, categories_path) == H5O_TYPE_DATASET &&
             c->kind == ZM_ELEMENT_ARRAY) {
             zm_element *categories = NULL;
@@ -779,9 +780,53 @@ static int move_neighbors_matrices(reader *r, zm_element *root)
     return 0;
 }
 
+/* The names an AnnData's group holds that anndata reads (legacy ones too),
+ * and MuData's own at its root: any other is listed as skipped. */
+static int known_root_name(const char *name, int mudata)
+{
+    static const char *const names[] = {"obs",   "var",   "X",     "layers", "obsm",  "varm",
+                                        "obsp",  "varp",  "raw",   "raw.X",  "raw.var",
+                                        "raw.varm", "uns"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(name, names[i]) == 0)
+            return 1;
+    return mudata && (!strcmp(name, "mod") || !strcmp(name, "obsmap") || !strcmp(name, "varmap"));
+}
+
+/* Every name in the group at base that is not part of the layout read:
+ * listed as skipped, so that nothing of the file is left out unsaid. */
+static void skip_unknown(reader *r, int mudata)
+{
+    const char *group = r->base[0] ? r->base : "/";
+    zm_strings names;
+    if (zm__h5_list(r->file, group, &names) != 0)
+        return;
+    for (size_t i = 0; i < names.count; i++) {
+        char name[ZM_ELEMENT_NAME_MAX + 1], path[ZM__PATH_BUFFER];
+        size_t length = names.offsets[i + 1] - names.offsets[i];
+        if (length > ZM_ELEMENT_NAME_MAX || memchr(names.bytes + names.offsets[i], 0, length))
+            continue; /* the structure's bounds say these (hdf5.c) */
+        memcpy(name, names.bytes + names.offsets[i], length);
+        name[length] = '\0';
+        if (known_root_name(name, mudata))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", r->base, name);
+        zm__source_skip(r->source, path,
+                        mudata ? "not part of MuData's layout (mudata reads it as an extra "
+                                 "element; zarrmount serves only the layout's)"
+                               : "not part of AnnData's layout (anndata does not read it)");
+    }
+    zm_strings_free(&names);
+}
+
 int zm__read_h5ad(zm_source *source, zm_err *err)
 {
-    reader r = {source, source->file, err, {0}};
+    return zm__read_anndata(source, "", 0, err);
+}
+
+int zm__read_anndata(zm_source *source, const char *base, int mudata, zm_err *err)
+{
+    reader r = {source, source->file, err, base, {0}};
     zm__hdf5_lock();
     int rc = 0;
     zm_strings used = {0};
@@ -792,13 +837,19 @@ int zm__read_h5ad(zm_source *source, zm_err *err)
     }
     zm__element_set_encoding(root, "anndata", "0.1.0");
     char *version = NULL;
-    zm__h5_attribute_string(source->file, "/", "encoding-version", &version);
-    zm__element_set_stored_as(root, version ? "anndata %s" : "anndata without encoding attributes (< 0.8)",
-                              version);
+    const char *top = base[0] ? base : "/";
+    zm__h5_attribute_string(source->file, top, "encoding-version", &version);
+    if (mudata)
+        zm__element_set_stored_as(root, "MuData %s", version ? version : "without encoding attributes");
+    else
+        zm__element_set_stored_as(root, version ? "anndata %s"
+                                                : "anndata without encoding attributes (< 0.8)",
+                                  version);
     free(version);
     source->root = root;
     /* The root is read (by parts): a link back to it is a second link. */
-    rc = first_visit(&r, "/") < 0 ? -ENOMEM : 0;
+    rc = first_visit(&r, top) < 0 ? -ENOMEM : 0;
+    char path[ZM__PATH_BUFFER];
 
     struct {
         const char *h5path, *name;
@@ -813,11 +864,16 @@ int zm__read_h5ad(zm_source *source, zm_err *err)
         {"/varm", "varm", 0, 1, ZM_AXIS_VAR, ZM_AXIS_NONE},
         {"/obsp", "obsp", 0, 0, ZM_AXIS_OBS, ZM_AXIS_OBS},
         {"/varp", "varp", 0, 0, ZM_AXIS_VAR, ZM_AXIS_VAR},
+        /* MuData: each global cell's (gene's) row in each modality. */
+        {"/obsmap", "obsmap", 0, 0, ZM_AXIS_OBS, ZM_AXIS_NONE},
+        {"/varmap", "varmap", 0, 0, ZM_AXIS_VAR, ZM_AXIS_NONE},
     };
     for (size_t i = 0; rc == 0 && i < sizeof parts / sizeof parts[0]; i++) {
         zm_element *e = NULL;
-        rc = read_part(&r, parts[i].h5path, "", parts[i].name, parts[i].dataframe, parts[i].mapping,
-                       &used, &e);
+        if (!mudata && (!strcmp(parts[i].name, "obsmap") || !strcmp(parts[i].name, "varmap")))
+            continue;
+        snprintf(path, sizeof path, "%s%s", base, parts[i].h5path);
+        rc = read_part(&r, path, "", parts[i].name, parts[i].dataframe, parts[i].mapping, &used, &e);
         if (rc == 0 && e) {
             zm__set_axes(e, parts[i].first, parts[i].second);
             rc = add(&r, root, e);
@@ -826,21 +882,23 @@ int zm__read_h5ad(zm_source *source, zm_err *err)
 
     /* raw: a group (≥ 0.7) or raw.X / raw.var / raw.varm (< 0.7). */
     int raw_first = 1;
-    if (rc == 0 && zm__h5_object_type(source->file, "/raw") == H5O_TYPE_GROUP &&
-        (raw_first = first_visit(&r, "/raw")) < 0)
+    char raw_group[ZM__PATH_BUFFER], raw_x[ZM__PATH_BUFFER];
+    snprintf(raw_group, sizeof raw_group, "%s/raw", base);
+    snprintf(raw_x, sizeof raw_x, "%s/raw.X", base);
+    if (rc == 0 && zm__h5_object_type(source->file, raw_group) == H5O_TYPE_GROUP &&
+        (raw_first = first_visit(&r, raw_group)) < 0)
         rc = raw_first;
     if (rc == 0 && raw_first &&
-        (zm__h5_exists(source->file, "/raw") || zm__h5_exists(source->file, "/raw.X"))) {
+        (zm__h5_exists(source->file, raw_group) || zm__h5_exists(source->file, raw_x))) {
         zm_element *raw = zm__element_new(ZM_ELEMENT_DICT, "", "raw");
         rc = raw ? 0 : fail_oom(&r, "raw");
         if (raw) {
             zm__element_set_encoding(raw, "raw", "0.1.0");
-            int legacy = !zm__h5_exists(source->file, "/raw");
+            int legacy = !zm__h5_exists(source->file, raw_group);
             zm__element_set_stored_as(raw, legacy ? "legacy raw.X, raw.var, raw.varm" : "group");
             static const char *const names[] = {"X", "var", "varm"};
             for (int i = 0; rc == 0 && i < 3; i++) {
-                char path[64];
-                snprintf(path, sizeof path, legacy ? "/raw.%s" : "/raw/%s", names[i]);
+                snprintf(path, sizeof path, "%s%s%s", base, legacy ? "/raw." : "/raw/", names[i]);
                 zm_element *e = NULL;
                 rc = read_part(&r, path, "raw", names[i], i == 1, i == 2, &used, &e);
                 if (rc == 0 && e) {
@@ -858,7 +916,8 @@ int zm__read_h5ad(zm_source *source, zm_err *err)
 
     if (rc == 0) {
         zm_element *uns = NULL;
-        rc = read_part(&r, "/uns", "", "uns", 0, 0, &used, &uns);
+        snprintf(path, sizeof path, "%s/uns", base);
+        rc = read_part(&r, path, "", "uns", 0, 0, &used, &uns);
         if (rc == 0 && uns) {
             rc = drop_used_categories(&r, uns, &used);
             if (rc == 0)
@@ -869,6 +928,8 @@ int zm__read_h5ad(zm_source *source, zm_err *err)
     }
     zm_strings_free(&used);
     zm__set_free(&r.groups);
+    if (rc == 0)
+        skip_unknown(&r, mudata);
     zm__hdf5_unlock();
     if (rc == 0)
         rc = move_neighbors_matrices(&r, root);
@@ -880,9 +941,14 @@ int zm__read_h5ad(zm_source *source, zm_err *err)
         var->kind != ZM_ELEMENT_DATAFRAME) {
         /* Left out (outside the source, say): that is why. */
         int no_obs = obs == NULL || obs->kind != ZM_ELEMENT_DATAFRAME;
-        const char *why = zm__source_skip_reason(source, no_obs ? "/obs" : "/var");
-        return zm_err_set(err, -EINVAL, "%s: an .h5ad needs obs and var dataframes%s%s%s",
-                          source->path, why ? " (" : "", why ? why : "", why ? ")" : "");
+        snprintf(path, sizeof path, "%s%s", base, no_obs ? "/obs" : "/var");
+        const char *why = zm__source_skip_reason(source, path);
+        if (base[0])
+            return zm_err_set(err, -EINVAL, "%s: the modality %s needs obs and var dataframes%s%s%s",
+                              source->path, base, why ? " (" : "", why ? why : "", why ? ")" : "");
+        return zm_err_set(err, -EINVAL, "%s: an %s needs obs and var dataframes%s%s%s",
+                          source->path, mudata ? ".h5mu" : ".h5ad", why ? " (" : "", why ? why : "",
+                          why ? ")" : "");
     }
     source->n_obs = obs->shape[0];
     source->n_vars = var->shape[0];

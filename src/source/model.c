@@ -214,6 +214,7 @@ void zm__set_axes(zm_element *e, zm_axis first, zm_axis second)
 
 void zm__source_skip(zm_source *source, const char *path, const char *why)
 {
+    source = zm__source_top(source); /* a modality's go in its source's list */
     /* A reason that starts with the path already (an error's): said once. */
     size_t path_length = strlen(path);
     if (strncmp(why, path, path_length) == 0 && strncmp(why + path_length, ": ", 2) == 0)
@@ -238,6 +239,7 @@ void zm__source_skip(zm_source *source, const char *path, const char *why)
 
 size_t zm_source_skipped(const zm_source *source, const char *const **lines)
 {
+    source = zm__source_top((zm_source *)source);
     *lines = (const char *const *)source->skipped_list;
     return source->skipped_count;
 }

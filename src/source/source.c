@@ -18,6 +18,7 @@ static const char *const format_names[] = {
     [ZM_FORMAT_LOOM] = "loom",
     [ZM_FORMAT_10X_V3] = "10x-v3",
     [ZM_FORMAT_10X_V2] = "10x-v2",
+    [ZM_FORMAT_H5MU] = "h5mu",
 };
 
 const char *zm_source_format_name(zm_source_format format) { return format_names[format]; }
@@ -83,11 +84,18 @@ static int detect_format(hid_t file, zm_source_format *format)
     char *encoding = NULL;
     if (zm__h5_attribute_string(file, "/", "encoding-type", &encoding) == 0) {
         int anndata = strcmp(encoding, "anndata") == 0;
+        int mudata = strcmp(encoding, "MuData") == 0;
         free(encoding);
-        if (anndata) {
-            *format = ZM_FORMAT_H5AD;
+        if (anndata || mudata) {
+            *format = mudata ? ZM_FORMAT_H5MU : ZM_FORMAT_H5AD;
             return 0;
         }
+    }
+    /* mudata's own files say MuData in the root's attributes; a file with
+     * /mod and no such attribute is read as one too (mudata reads any). */
+    if (zm__h5_object_type(file, "/mod") == H5O_TYPE_GROUP && zm__h5_exists(file, "/obs")) {
+        *format = ZM_FORMAT_H5MU;
+        return 0;
     }
     if (zm__h5_exists(file, "/obs") && zm__h5_exists(file, "/var")) {
         *format = ZM_FORMAT_H5AD;
@@ -222,9 +230,10 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
     zm__hdf5_unlock();
     if (rc != 0) {
         rc = zm_err_set(err, -EINVAL,
-                        "%s: an HDF5 file, but not an AnnData .h5ad (/obs and /var), a loom file "
-                        "(/matrix, /row_attrs, /col_attrs) or a 10x Genomics .h5 (/matrix or "
-                        "/<genome> with barcodes, data, indices, indptr, shape)%s",
+                        "%s: an HDF5 file, but not an AnnData .h5ad (/obs and /var), a MuData "
+                        ".h5mu (/mod), a loom file (/matrix, /row_attrs, /col_attrs) or a 10x "
+                        "Genomics .h5 (/matrix or /<genome> with barcodes, data, indices, indptr, "
+                        "shape)%s",
                         path, outside);
         goto fail;
     }
@@ -251,9 +260,14 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
     case ZM_FORMAT_10X_V2:
         rc = zm__read_10x(source, err);
         break;
+    case ZM_FORMAT_H5MU:
+        rc = zm__read_h5mu(source, err); /* the global model, then each modality's */
+        break;
     }
     if (rc == 0)
         rc = zm__validate(source, err);
+    if (rc == 0 && source->format == ZM_FORMAT_H5MU)
+        rc = zm__mudata_map(source, err);
     if (rc == 0)
         rc = zm__priority_read(source, err);
     if (rc != 0) {
@@ -275,8 +289,9 @@ fail:
 
 void zm_source_close(zm_source *source)
 {
-    if (source == NULL)
-        return;
+    if (source == NULL || source->parent != NULL)
+        return; /* a modality is closed with its source */
+    zm__modalities_free(source);
     zm__pool_destroy(source->pool);
     zm_cache_destroy(source->cache);
     zm__priority_free(&source->priority);
@@ -306,6 +321,7 @@ ssize_t zm_source_read_raw(const zm_source *source, uint64_t offset, void *buffe
 
 const char *zm__source_skip_reason(const zm_source *source, const char *path)
 {
+    source = zm__source_top((zm_source *)source);
     size_t n = strlen(path);
     for (size_t i = 0; i < source->skipped_count; i++)
         if (strncmp(source->skipped_list[i], path, n) == 0 && source->skipped_list[i][n] == ':')
@@ -345,6 +361,7 @@ const _Atomic int *zm__background_current(void)
 
 void zm__count_bytes(zm_source *source, uint64_t bytes)
 {
+    source = zm__source_top(source);
     source->bytes_read += bytes;
     if (current_tally != NULL)
         current_tally->bytes_read += bytes;
@@ -352,6 +369,7 @@ void zm__count_bytes(zm_source *source, uint64_t bytes)
 
 void zm__count_chunk(zm_source *source)
 {
+    source = zm__source_top(source);
     source->chunks_decoded++;
     if (current_tally != NULL)
         current_tally->chunks_decoded++;
@@ -359,6 +377,7 @@ void zm__count_chunk(zm_source *source)
 
 void zm__count_hdf5_read(zm_source *source)
 {
+    source = zm__source_top(source);
     source->hdf5_reads++;
     if (current_tally != NULL)
         current_tally->hdf5_reads++;
@@ -382,6 +401,7 @@ struct zm__pass *zm__pass_begin(zm_source *source, const zm_array *array, const 
     pass->shown.tally = current_tally;
     pass->shown.total = total;
     clock_gettime(CLOCK_MONOTONIC, &pass->began);
+    source = zm__source_top(source);
     pthread_mutex_lock(&source->passes_mutex);
     pass->next = source->passes;
     source->passes = pass;
@@ -399,6 +419,7 @@ void zm__pass_end(zm_source *source, struct zm__pass *pass)
 {
     if (pass == NULL)
         return;
+    source = zm__source_top(source);
     pthread_mutex_lock(&source->passes_mutex);
     struct zm__pass **link = &source->passes;
     while (*link != pass)
@@ -419,6 +440,7 @@ void zm__pass_end(zm_source *source, struct zm__pass *pass)
 size_t zm_source_passes(zm_source *source, zm_source_pass *out, size_t capacity)
 {
     size_t count = 0;
+    source = zm__source_top(source);
     pthread_mutex_lock(&source->passes_mutex);
     for (struct zm__pass *p = source->passes; p != NULL && count < capacity; p = p->next) {
         out[count] = p->shown;
@@ -436,6 +458,7 @@ size_t zm_source_passes(zm_source *source, zm_source_pass *out, size_t capacity)
 void zm_source_get_stats(zm_source *source, zm_source_stats *stats)
 {
     memset(stats, 0, sizeof *stats);
+    source = zm__source_top(source);
     stats->chunks_decoded = source->chunks_decoded;
     stats->bytes_read = source->bytes_read;
     stats->hdf5_reads = source->hdf5_reads;

@@ -125,7 +125,24 @@ struct zm_source {
     zm_source_pass finished[ZM__FINISHED_PASSES];
     unsigned finished_next, finished_count;
     zm_priority priority; /* priority.c */
+    /* MuData (mudata.c): the modalities, each a source whose parent this
+     * is (it shares the file, descriptor, pool, cache, counters, passes
+     * and skipped list of its parent, and owns its model and arrays), and
+     * each global cell's row in each. */
+    zm_source *parent;
+    size_t modality_count;
+    zm_source **modalities;
+    char **modality_names;
+    uint32_t **modality_rows;
+    int modality_axis; /* the root's axis attribute, or -2 */
 };
+
+/* The source whose counters, passes and skipped list a source's are: its
+ * parent's for a modality. */
+static inline zm_source *zm__source_top(zm_source *source)
+{
+    return source->parent ? source->parent : source;
+}
 
 /* ---- Counting reads (source.c) -------------------------------------------- */
 
@@ -345,6 +362,16 @@ int zm__h5_chunk_iterate(zm_array *array, zm_err *err);
 /* ---- Format readers -------------------------------------------------------------- */
 
 int zm__read_h5ad(zm_source *source, zm_err *err);
+/* An AnnData whose groups are under base ("" for the file's root,
+ * "/mod/rna" for a modality) into source's model; extra root names
+ * (MuData's "obsmap", "varmap" read as dicts; "mod" left to the caller)
+ * are not listed as skipped. */
+int zm__read_anndata(zm_source *source, const char *base, int mudata, zm_err *err);
+int zm__read_h5mu(zm_source *source, zm_err *err);
+void zm__modalities_free(zm_source *source);
+/* Each global cell's row in each modality (obsmap), once the global model
+ * is validated. */
+int zm__mudata_map(zm_source *source, zm_err *err);
 int zm__read_loom(zm_source *source, zm_err *err);
 int zm__read_10x(zm_source *source, zm_err *err);
 

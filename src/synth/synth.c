@@ -565,6 +565,9 @@ int zm__fill_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, ui
     case ZM_PRODUCE_ENTRIES:
         rc = zm__entries_chunk(view, node, from, to, out, err);
         break;
+    case ZM_PRODUCE_OBSMAP:
+        memcpy(out, zm_view_part_map(view, node->modality) + from, (to - from) * 4);
+        break;
     case ZM_PRODUCE_RECORDS:
         rc = records_chunk(view, node, from, to, out, err);
         break;
@@ -579,6 +582,7 @@ int zm__fill_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, ui
  * chunk alone would touch nearly every source chunk). */
 int zm_synth_walks(const zm_view *view, const zm_store_node *node)
 {
+    view = zm_view_of(view, node); /* a modality's node: its part's cells */
     if (node->meta.rank == 0 || node->grid[0] < 2)
         return 0;
     if (node->producer == ZM_PRODUCE_CELL_ROWS)
@@ -600,6 +604,7 @@ int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, co
     *raw_size = 0;
     if (borrowed)
         *borrowed = 0;
+    view = zm_view_of(view, node); /* a modality's node: its part's cells */
     const zm_zarr_array_meta *m = &node->meta;
     *typesize = node->value_size ? node->value_size : 1;
     zm_source *source = zm_view_source(view);

@@ -265,6 +265,7 @@ static view_walks *walks_of(zm_synth *synth, zm_view *view)
 /* The walk of node in view's table, or NULL: safe from any thread. */
 static struct zm_walk *walk_found(const zm_view *view, const zm_store_node *node)
 {
+    view = zm_view_of(view, node); /* a modality's node: its part's walks */
     view_walks *t = zm_view_attached(view, &walks_key);
     if (t == NULL)
         return NULL;

@@ -442,7 +442,8 @@ static double ahead_position(const ahead_array *a)
 static int ahead_may_walk(zm_view *view, const zm_store_node *node, uint64_t room)
 {
     if (!zm_synth_walks(view, node) && !(node->producer == ZM_PRODUCE_CELL_STRINGS &&
-                                         !zm_view_is_identity(view) && node->meta.rank > 0))
+                                         !zm_view_is_identity(zm_view_of(view, node)) &&
+                                         node->meta.rank > 0))
         return 1;
     if (zm_synth_walk_started(view, node))
         return 1; /* walked already: its chunks are cut, not gathered */

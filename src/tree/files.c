@@ -149,8 +149,8 @@ static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size
 int zm__kept_on_disk(const zm_view *view, const zm_store_node *node)
 {
     return zm_synth_walks(view, node) ||
-           (node->producer == ZM_PRODUCE_CELL_STRINGS && !zm_view_is_identity(view) &&
-            node->meta.rank > 0);
+           (node->producer == ZM_PRODUCE_CELL_STRINGS &&
+            !zm_view_is_identity(zm_view_of(view, node)) && node->meta.rank > 0);
 }
 /* The disk cache's key of a chunk: its file key and what else makes its
  * bytes (the codec and the chunk size, which options change). */
@@ -416,7 +416,7 @@ static void file_key_text(zm_view *view, const char *full_path, const place *w, 
          * a CSC matrix's pointers count the kept cells of each gene. */
         zm_view_sparse_info s;
         zm_err err;
-        if (zm_view_sparse_get(view, n->sparse, &s, &err) != 0 || !s.per_cell_rows ||
+        if (zm_view_sparse_get(zm_view_of(view, n), n->sparse, &s, &err) != 0 || !s.per_cell_rows ||
             s.per_cell_columns)
             return;
     }

@@ -311,12 +311,42 @@ static int records_node(struct builder *b, const zm_element *e, const char *name
     return 0;
 }
 
+/* obsmap/NAME of a MuData view: each view cell's 1-based row in the part of
+ * modality NAME, 0 where it is none of its cells (uint32, as mudata
+ * writes it), from the part's map. NULL *out: e is no modality's map. */
+static int obsmap_node(struct builder *b, const zm_element *e, const char *name,
+                       zm_store_node **out)
+{
+    *out = NULL;
+    const zm_view *view = b->view;
+    size_t part = 0;
+    while (part < view->part_count && strcmp(view->part_names[part], name) != 0)
+        part++;
+    if (part == view->part_count)
+        return 0;
+    zm_store_node *node = node_new(name, 1);
+    if (node == NULL)
+        return zm_err_set(b->err, -ENOMEM, "out of memory");
+    node->attrs = encoding("array", "0.2.0");
+    node->producer = ZM_PRODUCE_OBSMAP;
+    node->element = e;
+    node->modality = part;
+    node->meta.rank = 1;
+    node->meta.shape[0] = view->rows;
+    set_dtype(node, (zm_dtype){ZM_TYPE_UINT, 4});
+    set_chunks(node, view->chunk_bytes / 4);
+    *out = node;
+    return 0;
+}
+
 static int element_node(struct builder *b, const zm_element *e, const char *name, int is_root_obs,
                         zm_store_node **out)
 {
     *out = NULL;
     if (!valid_key(name))
         return 0; /* a name Zarr cannot hold: left out */
+    if (b->view->part_count > 0 && strncmp(e->path, "obsmap/", 7) == 0 && e->rank == 1)
+        return obsmap_node(b, e, name, out);
     int per_cell = e->axes[0] == ZM_AXIS_OBS;
     int rc = 0;
     switch (e->kind) {
@@ -490,8 +520,33 @@ int zm__build_store(zm_view *view, zm_err *err)
     if (rc != 0)
         return rc;
 
-    /* full/: Cellucid's priority record in uns/cellucid/priority. */
-    if (view->spec.kind == ZM_VIEW_FULL) {
+    /* A MuData's modalities: mod/NAME/, each its part's store. */
+    if (view->part_count > 0) {
+        zm_store_node *mod = node_new("mod", 0);
+        json_t *order = json_array();
+        if (mod == NULL || order == NULL || node_add(store, mod) != 0) {
+            zm__node_free(mod);
+            json_decref(order);
+            return zm_err_set(err, -ENOMEM, "out of memory");
+        }
+        view->mod_group = mod;
+        mod->attrs = json_pack("{s:o}", "mod-order", order);
+        for (size_t i = 0; i < view->part_count; i++) {
+            zm_store_node *root = view->parts[i]->root;
+            char *name = strdup(view->part_names[i]);
+            if (name == NULL || node_add(mod, root) != 0) {
+                free(name);
+                return zm_err_set(err, -ENOMEM, "out of memory");
+            }
+            free(root->name);
+            root->name = name;
+            json_array_append_new(order, json_string(name));
+        }
+    }
+
+    /* full/: Cellucid's priority record in uns/cellucid/priority (of the
+     * whole store: a modality's rows are no priority order of their own). */
+    if (view->spec.kind == ZM_VIEW_FULL && view->owner == NULL) {
         zm_store_node *levels = NULL;
         zm_store_node *uns = group_child(store, "uns");
         zm_store_node *cellucid = uns ? group_child(uns, "cellucid") : NULL;
@@ -545,8 +600,20 @@ int zm__build_store(zm_view *view, zm_err *err)
                             zm_source_format_name(zm_source_get_format(view->source)), "nObs",
                             (json_int_t)zm_source_n_obs(view->source), "nVars",
                             (json_int_t)zm_source_n_vars(view->source), "bytes", (json_int_t)id->size);
-    store->attrs = json_pack("{s:s, s:s, s:{s:o, s:o}}", "encoding-type", "anndata", "encoding-version",
-                             "0.1.0", "zarrmount", "view", v, "source", src);
+    if (view->owner != NULL) {
+        /* A modality: its own cells, the view's record beside. */
+        size_t i = 0;
+        while (i < view->owner->part_count && view->owner->parts[i] != view)
+            i++;
+        json_object_set_new(v, "modality", json_string(view->owner->part_names[i]));
+        json_object_set_new(src, "format", json_string("h5mu modality"));
+    }
+    int mudata = view->part_count > 0;
+    store->attrs = json_pack("{s:s, s:s, s:{s:o, s:o}}", "encoding-type", mudata ? "MuData" : "anndata",
+                             "encoding-version", "0.1.0", "zarrmount", "view", v, "source", src);
+    if (store->attrs != NULL && mudata && zm_source_modality_axis(view->source) > -2)
+        json_object_set_new(store->attrs, "axis",
+                            json_integer(zm_source_modality_axis(view->source)));
     if (store->attrs == NULL || zm__index_store(store) != 0)
         return zm_err_set(err, -ENOMEM, "out of memory");
     return 0;

@@ -69,7 +69,11 @@ void zm_view_free(zm_view *view)
             a->release(a->data);
         free(a);
     }
+    /* The mod/ group's children are the parts' roots: the parts free them. */
+    if (view->mod_group != NULL)
+        view->mod_group->child_count = 0;
     zm__node_free(view->root);
+    zm__parts_free(view);
     for (size_t i = 0; i < view->sparse_count; i++) {
         zm__sparse_free(view->sparses[i]);
     }
@@ -136,7 +140,8 @@ static int by_slot(const void *a, const void *b)
 /* Orders every group's children by name, once the store is laid out. */
 int zm__index_store(zm_store_node *node)
 {
-    if (node->is_array || node->child_count == 0)
+    /* A part's nodes (under mod/NAME/) were indexed with the part. */
+    if (node->is_array || node->child_count == 0 || node->children_by_name != NULL)
         return 0;
     zm_store_node ***slots = malloc(node->child_count * sizeof *slots);
     node->children_by_name = malloc(node->child_count * sizeof *node->children_by_name);
@@ -246,6 +251,8 @@ uint64_t zm_view_bytes(zm_view *view)
         bytes += (s->source_start ? s->majors : 0) * sizeof *s->source_start +
                  (s->source_end ? s->majors : 0) * sizeof *s->source_end;
     }
+    for (size_t i = 0; i < view->part_count; i++)
+        bytes += k * sizeof *view->part_maps[i] + zm_view_bytes(view->parts[i]);
     return bytes;
 }
 
@@ -473,6 +480,8 @@ int zm_view_create(zm_source *source, const zm_view_spec *spec, uint64_t chunk_b
     view->chunk_bytes = chunk_bytes ? chunk_bytes : ZM_DEFAULT_CHUNK_BYTES;
     pthread_mutex_init(&view->mutex, NULL);
     int rc = select_cells(view, err);
+    if (rc == 0)
+        rc = zm__parts_make(view, err); /* a MuData's modalities, which its store holds */
     if (rc == 0)
         rc = zm__build_store(view, err);
     if (rc != 0) {

@@ -49,6 +49,15 @@ struct zm_view {
     zm_view_sparse **sparses;
     size_t sparse_count;
     struct attachment *attachments; /* added under mutex, read without it */
+    /* A MuData view's modalities (parts.c): each a view over the modality
+     * whose rows are this view's cells it measured, and each view row's
+     * 1-based row in it (0: none). A part's owner is the view. */
+    zm_view *owner;
+    size_t part_count;
+    zm_view **parts;
+    char **part_names;
+    uint32_t **part_maps;
+    zm_store_node *mod_group; /* the store's mod/ group, whose children are the parts' roots */
 };
 
 /* In view.c: an array of a few bytes a cell, in huge pages where it is big
@@ -61,6 +70,11 @@ int zm__index_store(zm_store_node *node);
 /* In sparse.c: a sparse matrix laid out in the view (kept in view->sparses). */
 int zm__sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **out, zm_err *err);
 void zm__sparse_free(zm_view_sparse *s);
+
+/* In parts.c: a MuData view's parts (before its store is built), and their
+ * freeing. */
+int zm__parts_make(zm_view *view, zm_err *err);
+void zm__parts_free(zm_view *view);
 
 /* In store.c: the store's nodes from the source's elements (view->root). */
 int zm__build_store(zm_view *view, zm_err *err);
