@@ -167,6 +167,18 @@ static void print_text(FILE *out, const json_t *e)
         }
         fputc('\n', out);
     }
+    const json_t *modalities = json_object_get(e, "modalities");
+    if (modalities) {
+        fprintf(out, "  modalities  %s\n", json_string_value(json_object_get(e, "modalityRule")));
+        size_t i;
+        const json_t *m;
+        json_array_foreach(modalities, i, m)
+            fprintf(out, "              %s: %lld of its %lld cells (%s)\n",
+                    json_string_value(json_object_get(m, "name")),
+                    (long long)json_integer_value(json_object_get(m, "rows")),
+                    (long long)json_integer_value(json_object_get(m, "nObs")),
+                    json_string_value(json_object_get(m, "store")));
+    }
 }
 
 int zm_explain_main(int argc, char **argv)

@@ -72,6 +72,40 @@ static json_t *box_name(uint64_t box, uint64_t grid, unsigned dims)
     return coords;
 }
 
+/* A MuData's modalities in a view: how many of the view's cells each
+ * measured, which are its rows in mod/NAME/. */
+static void explain_modalities(zm_tree *t, const zm_selection *selection, json_t *out)
+{
+    size_t count = zm_source_modality_count(t->source);
+    if (count == 0)
+        return;
+    const zm_priority *priority = zm_source_priority(t->source);
+    json_t *list = json_array();
+    for (size_t m = 0; m < count; m++) {
+        const uint32_t *rows_of = zm_source_modality_rows(t->source, m);
+        uint64_t rows = 0;
+        for (uint64_t i = 0; i < selection->k; i++) {
+            uint32_t stored = priority->verified ? priority->stored[selection->order[i]]
+                                                 : selection->order[i];
+            rows += rows_of[stored] != ZM_SOURCE_ABSENT;
+        }
+        const zm_source *modality = zm_source_modality(t->source, m);
+        json_array_append_new(
+            list, json_pack("{s:s, s:s, s:I, s:I}", "name", zm_source_modality_name(t->source, m),
+                            "store", "mod/", "nObs", (json_int_t)zm_source_n_obs(modality), "rows",
+                            (json_int_t)rows));
+        json_t *last = json_array_get(list, json_array_size(list) - 1);
+        char store[ZM_VIEW_KEY_MAX + 8];
+        snprintf(store, sizeof store, "mod/%s/", zm_source_modality_name(t->source, m));
+        json_object_set_new(last, "store", json_string(store));
+    }
+    json_object_set_new(out, "modalities", list);
+    json_object_set_new(out, "modalityRule",
+                        json_string("each modality's rows are the view's cells it measured "
+                                    "(obsmap/NAME > 0), in view order; obsmap/NAME gives each "
+                                    "cell's 1-based row there, 0 for none"));
+}
+
 static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
 {
     const zm_view_spec *spec = &tg->spec;
@@ -211,6 +245,7 @@ static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
     json_t *names = cell_names(t, rows, first);
     if (names != NULL)
         json_object_set_new(out, "firstCellNames", names);
+    explain_modalities(t, selection, out);
     zm_view_selection_free(&chosen);
     return 0;
 }

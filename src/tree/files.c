@@ -183,7 +183,26 @@ static int make_file(void *context, uint8_t **bytes, size_t *size, zm_err *err)
         c->stats->chunks_made++;
     else
         c->stats->documents_made++;
-    zm_source_tally *previous = zm_source_tally_set(&c->stats->source);
+    /* A modality's file (under mod/NAME/ of a MuData view): counted in the
+     * modality's tally, which the view's counters add to its own. */
+    const zm_store_node *node = c->where->node;
+    size_t part = 0;
+    if (node != NULL && node->view != NULL) {
+        while (part < zm_view_part_count(c->view) && zm_view_part(c->view, part) != node->view)
+            part++;
+    }
+    if (node == NULL || node->view == NULL || part >= ZM__STATS_MODALITIES ||
+        part >= zm_view_part_count(c->view)) {
+        zm_source_tally *previous = zm_source_tally_set(&c->stats->source);
+        int rc = make_file_bytes(c, bytes, size, err);
+        zm_source_tally_set(previous);
+        return rc;
+    }
+    if (c->where->file == F_CHUNK)
+        c->stats->modality[part].chunks_made++;
+    else
+        c->stats->modality[part].documents_made++;
+    zm_source_tally *previous = zm_source_tally_set(&c->stats->modality[part].source);
     int rc = make_file_bytes(c, bytes, size, err);
     zm_source_tally_set(previous);
     return rc;

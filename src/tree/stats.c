@@ -126,6 +126,9 @@ static size_t list_works(zm_tree *t, work *out, size_t capacity, int finished)
         for (size_t v = 0; v < view_count; v++) {
             if (p->tally == &views[v]->source)
                 key = views[v]->key;
+            for (size_t m = 0; m < ZM__STATS_MODALITIES; m++)
+                if (p->tally == &views[v]->modality[m].source)
+                    key = views[v]->key;
             else if (p->tally == &views[v]->build) {
                 key = views[v]->key;
                 doing = "building: reading";
@@ -278,7 +281,31 @@ static json_t *view_json(zm_tree *t, const view_stats *vs)
                                   (json_int_t)c.misses, "evictions", (json_int_t)c.evictions,
                                   "bytesHeld", (json_int_t)c.bytes_held, "entries",
                                   (json_int_t)c.entries));
-    json_object_set_new(o, "source", tally_json(&vs->source));
+    /* What making its files read: its modalities' files' too. */
+    zm_source_tally read = {0};
+    read.chunks_decoded = vs->source.chunks_decoded;
+    read.bytes_read = vs->source.bytes_read;
+    read.hdf5_reads = vs->source.hdf5_reads;
+    for (size_t m = 0; m < ZM__STATS_MODALITIES; m++) {
+        read.chunks_decoded += vs->modality[m].source.chunks_decoded;
+        read.bytes_read += vs->modality[m].source.bytes_read;
+        read.hdf5_reads += vs->modality[m].source.hdf5_reads;
+    }
+    json_object_set_new(o, "source", tally_json(&read));
+    /* A MuData view's modalities: their share of the files made and of what
+     * making them read. */
+    size_t modalities = zm_source_modality_count(t->source);
+    if (modalities > 0 && vs->key[0]) {
+        json_t *mods = json_object();
+        for (size_t i = 0; i < modalities && i < ZM__STATS_MODALITIES; i++)
+            json_object_set_new(
+                mods, zm_source_modality_name(t->source, i),
+                json_pack("{s:I, s:I, s:o}", "chunksSynthesized",
+                          (json_int_t)vs->modality[i].chunks_made, "documentsSynthesized",
+                          (json_int_t)vs->modality[i].documents_made, "source",
+                          tally_json(&vs->modality[i].source)));
+        json_object_set_new(o, "modalities", mods);
+    }
     /* What the view holds for its cells now (0 when it is not built). */
     uint64_t held = 0;
     pthread_mutex_lock(&t->mutex);

@@ -670,6 +670,19 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
             json_object_set_new(info, "priority", priority);
         else
             json_decref(priority);
+        /* A MuData's modalities, in the order each view's mod/ holds them. */
+        if (info != NULL && zm_source_modality_count(t->source) > 0) {
+            json_t *mods = json_array();
+            for (size_t i = 0; i < zm_source_modality_count(t->source); i++) {
+                /* Each of its cells is one global cell (obsmap, checked). */
+                zm_source *m = zm_source_modality(t->source, i);
+                json_array_append_new(mods, json_pack("{s:s, s:I, s:I}", "name",
+                                                      zm_source_modality_name(t->source, i),
+                                                      "nObs", (json_int_t)zm_source_n_obs(m),
+                                                      "nVars", (json_int_t)zm_source_n_vars(m)));
+            }
+            json_object_set_new(info, "modalities", mods);
+        }
         /* Elements the source holds but the stores leave out, each with why
          * (as `zarrmount inspect` lists them). */
         const char *const *skipped;

@@ -40,6 +40,7 @@
  * ones that reached the daemon (the kernel answers the rest from what it
  * keeps). Kept for the mount's life, even when the view itself is dropped
  * and built again. */
+#define ZM__STATS_MODALITIES 8
 typedef struct view_stats {
     char *key;         /* the view's key; "" for paths outside views */
     uint64_t key_hash; /* of the key: every request finds its view's counters */
@@ -63,6 +64,12 @@ typedef struct view_stats {
     zm_cache_account cache; /* its gets of synthesized files, and what its loads hold */
     zm_source_tally source; /* what making its files read */
     zm_source_tally build;  /* what building it read (its cells, index pointers) */
+    /* A MuData view's share of the above by modality (its files under
+     * mod/NAME/; the first ZM__STATS_MODALITIES of them, in mod/'s order). */
+    struct {
+        _Atomic uint64_t chunks_made, documents_made;
+        zm_source_tally source;
+    } modality[ZM__STATS_MODALITIES];
     /* Synthesis ahead (one worker per view at most; state under the tree's
      * mutex): the view's chunks made before they are asked for. */
     _Atomic int ahead_state;         /* ahead_state values; changed under the tree's mutex */
