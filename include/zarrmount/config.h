@@ -37,6 +37,8 @@ typedef struct zm_config {
                                 * 0: the default */
     const char *cache_dir;     /* the disk cache; NULL: the default directory; "none": off */
     const char *sets_dir;      /* -o sets=DIR, made absolute; NULL: no sets/ */
+    int layout_anndata;        /* -o layout=anndata: a 10x file with several feature types
+                                * or genomes as one AnnData (0: the default, MuData) */
     uint64_t cache_max;        /* the disk cache's bound; 0: the default */
     /* Threads that read, decode and encode chunks: the source's decode pool
      * (the reading thread and threads - 1 workers) and the threads that

@@ -162,7 +162,27 @@ struct zm_element {
     /* The children ordered by name (equal names in child order), for
      * lookups in O(log n); made once the model is complete (NULL before). */
     zm_element **children_by_name;
+    /* SPARSE: a column window of a matrix whose parts it shares (a 10x
+     * modality's X: the features of one type, columns [window_first,
+     * window_first + shape[1]) of the file's matrix). Its indices are the
+     * file's, window_first more than its own; zm_element_window says where
+     * each row's entries lie. NULL: no window. */
+    struct zm_window *window;
+    uint64_t window_first;
+    size_t window_index;
 };
+
+/* Where each row of a column window's matrix has its entries among the
+ * file's: row r's are [at[r * stride], at[r * stride + 1]). Made on first
+ * use in one pass over the matrix's indices, which must ascend within each
+ * row (as Cell Ranger writes them) and lie below its columns: else -EIO
+ * with the reason, for every read of it. */
+typedef struct zm_window_rows {
+    const int64_t *at;
+    size_t stride;
+} zm_window_rows;
+int zm_element_window(zm_source *source, const zm_element *element, zm_window_rows *out,
+                      zm_err *err);
 
 /* ---- Bounds on a file's structure -------------------------------------------------
  *
@@ -194,6 +214,10 @@ typedef enum zm_source_format {
 
 typedef struct zm_source_options {
     unsigned threads;            /* decode threads; 0 = one per core */
+    /* A 10x file with several feature types or genomes as one AnnData
+     * (every feature a gene; a v2 file's first genome), not as MuData
+     * modalities: -o layout=anndata. */
+    int layout_anndata;
     size_t chunk_cache_bytes;    /* decoded chunks kept; 0 = default (256 MiB) */
 } zm_source_options;
 

@@ -189,24 +189,28 @@ int zm_inspect_main(int argc, char **argv, FILE *out)
 {
     const char *file = NULL;
     int as_json = 0;
+    zm_source_options options = {0};
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             as_json = 1;
+        else if (strcmp(argv[i], "--layout") == 0 && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "anndata") || !strcmp(argv[i + 1], "mudata")))
+            options.layout_anndata = strcmp(argv[++i], "anndata") == 0;
         else if (argv[i][0] == '-' || file != NULL) {
             fprintf(stderr, "zarrmount inspect: unexpected argument '%s'\n"
-                            "usage: zarrmount inspect FILE [--json]\n", argv[i]);
+                            "usage: zarrmount inspect FILE [--json] [--layout anndata]\n", argv[i]);
             return ZM_EXIT_REFUSED;
         } else
             file = argv[i];
     }
     if (file == NULL) {
-        fprintf(stderr, "usage: zarrmount inspect FILE [--json]\n");
+        fprintf(stderr, "usage: zarrmount inspect FILE [--json] [--layout anndata]\n");
         return ZM_EXIT_REFUSED;
     }
     zm_source *source;
     zm_err err;
     zm_err_clear(&err);
-    int rc = zm_source_open(file, NULL, &source, &err);
+    int rc = zm_source_open(file, &options, &source, &err);
     if (rc != 0) {
         fprintf(stderr, "zarrmount inspect: %s\n", err.reason);
         return rc == -ENOMEM ? ZM_EXIT_FAILURE : ZM_EXIT_REFUSED;

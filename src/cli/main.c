@@ -11,8 +11,8 @@
 static const char usage[] =
     "Usage: zarrmount [options] SOURCE MOUNTPOINT\n"
     "       zarrmount select [--source FILE [--set SETFILE]] < REQUEST.json\n"
-    "       zarrmount inspect FILE [--json]\n"
-    "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size SIZE]\n"
+    "       zarrmount inspect FILE [--json] [--layout anndata]\n"
+    "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size SIZE] [--layout anndata]\n"
     "       zarrmount explain SOURCE PATH [--json] | zarrmount explain MNT/PATH [--json]\n"
     "       zarrmount stats MOUNTPOINT [--json] [--watch]\n"
     "       zarrmount --version | --help\n"
@@ -70,6 +70,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "export") == 0) {
         const char *codec = NULL;
         uint64_t chunk = 0; /* the default */
+        int layout_anndata = 0;
         const char *positional[3];
         int n = 0;
         for (int i = 2; i < argc; i++) {
@@ -84,6 +85,16 @@ int main(int argc, char **argv)
                     return ZM_EXIT_REFUSED;
                 }
             }
+            else if (strcmp(argv[i], "--layout") == 0 && i + 1 < argc) {
+                /* The mount's -o layout=. */
+                const char *layout = argv[++i];
+                if (strcmp(layout, "anndata") != 0 && strcmp(layout, "mudata") != 0) {
+                    fprintf(stderr, "zarrmount export: --layout %s: give mudata (the default) or "
+                                    "anndata\n", layout);
+                    return ZM_EXIT_REFUSED;
+                }
+                layout_anndata = strcmp(layout, "anndata") == 0;
+            }
             else if (argv[i][0] != '-' && n < 3)
                 positional[n++] = argv[i];
             else {
@@ -92,10 +103,11 @@ int main(int argc, char **argv)
             }
         }
         if (n != 3) {
-            fprintf(stderr, "usage: zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size SIZE]\n");
+            fprintf(stderr, "usage: zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size SIZE] [--layout anndata]\n");
             return ZM_EXIT_REFUSED;
         }
-        return zm_export_main(positional[0], positional[1], positional[2], codec, 0, chunk);
+        return zm_export_main(positional[0], positional[1], positional[2], codec, 0, chunk,
+                              layout_anndata);
     }
     if (argc == 2 && strcmp(argv[1], "--version") == 0) {
         printf("zarrmount %s (subsampling spec version %d)\n", ZM_VERSION, 1);

@@ -24,6 +24,7 @@ typedef struct zm__parse {
     char *ahead_rate;
     char *passthrough;
     char *sets;
+    char *layout;
 } zm__parse;
 
 enum {
@@ -53,6 +54,7 @@ static const struct fuse_opt zm__options[] = {
     ZM__OPTION("ahead_rate=%s", ahead_rate),
     ZM__OPTION("passthrough=%s", passthrough),
     ZM__OPTION("sets=%s", sets),
+    ZM__OPTION("layout=%s", layout),
     FUSE_OPT_KEY("-f", ZM__KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", ZM__KEY_DEBUG),
     FUSE_OPT_KEY("debug", ZM__KEY_DEBUG),
@@ -191,6 +193,15 @@ static int zm__check_values(zm__parse *parse, zm_err *err)
         else if (strcmp(parse->passthrough, "off") != 0)
             return zm_err_set(err, -EINVAL, "passthrough=%s: give on or off", parse->passthrough);
     }
+    if (parse->layout) {
+        if (strcmp(parse->layout, "anndata") == 0)
+            options->layout_anndata = 1;
+        else if (strcmp(parse->layout, "mudata") == 0)
+            options->layout_anndata = 0;
+        else
+            return zm_err_set(err, -EINVAL, "layout=%s: give mudata (the default) or anndata",
+                              parse->layout);
+    }
     if (parse->cache_dir && parse->cache_dir[0] == '\0')
         return zm_err_set(err, -EINVAL, "cache_dir= needs a directory (or none)");
     if (parse->sets) {
@@ -243,6 +254,7 @@ int zm__fs_config_parse(int argc, char **argv, zm__fs_config *config, zm_err *er
     free(parse.ahead_idle);
     free(parse.passthrough);
     free(parse.sets);
+    free(parse.layout);
     free(parse.ahead_rate);
     return rc;
 }
@@ -376,6 +388,9 @@ void zm__fs_print_help(FILE *out, const char *program)
             "                      walking a directory\n"
             "  -o sets=DIR         serve sets/NAME/ for each Cellucid cell set NAME.json or\n"
             "                      obs names file NAME.txt in DIR (read again when it changes)\n"
+            "  -o layout=anndata   a 10x file with several feature types (or a v2 file with\n"
+            "                      several genomes) as one AnnData, as scanpy reads it\n"
+            "                      (default mudata: a MuData store of modalities)\n"
             "  -o allow_other      let every user read the mount; files then carry SOURCE's\n"
             "                      owner and permission bits minus write, enforced by the\n"
             "                      kernel (default_permissions is added); needs\n"

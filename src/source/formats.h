@@ -28,6 +28,12 @@ void zm__set_root_axes(zm_element *root);
 /* A path buffer: an element's path (at most ZM_ELEMENT_PATH_MAX bytes), a
  * slash and a name (at most ZM_ELEMENT_NAME_MAX), a NUL. */
 #define ZM__PATH_BUFFER (ZM_ELEMENT_PATH_MAX + 1 + ZM_ELEMENT_NAME_MAX + 1)
+
+/* One 10x matrix group ("/matrix", "/GENOME") as the source's AnnData
+ * model (tenx.c), and a v2 file's genomes as modalities (tenx_multi.c). */
+int zm__10x_read_group(zm_source *source, const char *group, zm_err *err);
+int zm__10x_genome_modalities(zm_source *source, const char (*groups)[ZM__PATH_BUFFER],
+                              size_t count, zm_err *err);
 /* Name i of names, a child of the group (or compound) at parent (at most
  * ZM_ELEMENT_PATH_MAX bytes), into name (ZM_ELEMENT_NAME_MAX + 1 bytes) and
  * its path into path (ZM__PATH_BUFFER bytes): 0, or 1 when it cannot be an

@@ -307,6 +307,7 @@ void zm__set_root_axes(zm_element *root)
         {"obs", ZM_AXIS_OBS, ZM_AXIS_NONE},   {"obsm", ZM_AXIS_OBS, ZM_AXIS_NONE},
         {"var", ZM_AXIS_VAR, ZM_AXIS_NONE},   {"varm", ZM_AXIS_VAR, ZM_AXIS_NONE},
         {"obsp", ZM_AXIS_OBS, ZM_AXIS_OBS},   {"varp", ZM_AXIS_VAR, ZM_AXIS_VAR},
+        {"obsmap", ZM_AXIS_OBS, ZM_AXIS_NONE}, {"varmap", ZM_AXIS_VAR, ZM_AXIS_NONE},
     };
     for (size_t i = 0; i < root->child_count; i++)
         for (size_t j = 0; j < sizeof parts / sizeof parts[0]; j++)

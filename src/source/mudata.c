@@ -27,7 +27,7 @@ int zm_source_modality_axis(const zm_source *source) { return source->modality_a
 
 /* A modality: a source reading parent's file through parent's descriptor,
  * threads and cache, with a model of its own. */
-static zm_source *modality_new(zm_source *parent)
+zm_source *zm__modality_new(zm_source *parent)
 {
     zm_source *m = calloc(1, sizeof *m);
     if (m == NULL || (m->path = strdup(parent->path)) == NULL) {
@@ -60,13 +60,27 @@ static void modality_free(zm_source *m)
     free(m);
 }
 
+int zm__modalities_alloc(zm_source *source, size_t count, zm_err *err)
+{
+    source->modalities = calloc(count ? count : 1, sizeof *source->modalities);
+    source->modality_rows = calloc(count ? count : 1, sizeof *source->modality_rows);
+    source->modality_names = calloc(count ? count : 1, sizeof *source->modality_names);
+    source->modality_count = count;
+    if (source->modalities == NULL || source->modality_rows == NULL ||
+        source->modality_names == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory reading the modalities");
+    return 0;
+}
+
 void zm__modalities_free(zm_source *source)
 {
     for (size_t i = 0; i < source->modality_count; i++) {
-        modality_free(source->modalities[i]);
-        free(source->modality_names[i]);
+        modality_free(source->modalities ? source->modalities[i] : NULL);
+        free(source->modality_names ? source->modality_names[i] : NULL);
         free(source->modality_rows ? source->modality_rows[i] : NULL);
     }
+    zm__window_free(source->window);
+    source->window = NULL;
     free(source->modalities);
     free(source->modality_names);
     free(source->modality_rows);
@@ -181,19 +195,16 @@ int zm__read_h5mu(zm_source *source, zm_err *err)
     zm_strings_free(&groups);
     if (rc == 0 && count == 0)
         rc = zm_err_set(err, -EINVAL, "%s: /mod holds no modality (an AnnData group)", source->path);
-    if (rc == 0) {
-        source->modalities = calloc(count, sizeof *source->modalities);
-        source->modality_rows = calloc(count, sizeof *source->modality_rows);
-        source->modality_names = names;
-        source->modality_count = count;
-        names = NULL;
-        if (source->modalities == NULL || source->modality_rows == NULL)
-            rc = zm_err_set(err, -ENOMEM, "out of memory reading /mod");
+    if (rc == 0 && (rc = zm__modalities_alloc(source, count, err)) == 0) {
+        for (size_t i = 0; i < count; i++) {
+            source->modality_names[i] = names[i];
+            names[i] = NULL;
+        }
     }
     for (size_t i = 0; rc == 0 && i < source->modality_count; i++) {
         char base[ZM__PATH_BUFFER];
         snprintf(base, sizeof base, "/mod/%s", source->modality_names[i]);
-        zm_source *m = modality_new(source);
+        zm_source *m = zm__modality_new(source);
         if (m == NULL) {
             rc = zm_err_set(err, -ENOMEM, "out of memory reading %s", base);
             break;

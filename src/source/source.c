@@ -163,6 +163,7 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
         return zm_err_set(err, -ENOMEM, "out of memory opening %s", path);
     source->fd = -1;
     source->file = H5I_INVALID_HID;
+    source->layout_anndata = options && options->layout_anndata;
     source->path = strdup(path);
     pthread_mutex_init(&source->passes_mutex, NULL);
     int rc = 0;

@@ -135,6 +135,8 @@ struct zm_source {
     char **modality_names;
     uint32_t **modality_rows;
     int modality_axis; /* the root's axis attribute, or -2 */
+    int layout_anndata; /* zm_source_options.layout_anndata */
+    struct zm_window *window; /* tenx_multi.c: a 10x matrix's column windows */
 };
 
 /* The source whose counters, passes and skipped list a source's are: its
@@ -369,6 +371,16 @@ int zm__read_h5ad(zm_source *source, zm_err *err);
 int zm__read_anndata(zm_source *source, const char *base, int mudata, zm_err *err);
 int zm__read_h5mu(zm_source *source, zm_err *err);
 void zm__modalities_free(zm_source *source);
+/* A modality of source (mudata.c): a source of its own reading source's
+ * file, with an empty model. */
+zm_source *zm__modality_new(zm_source *parent);
+/* Makes room for count modalities (names, sources and rows NULL). */
+int zm__modalities_alloc(zm_source *source, size_t count, zm_err *err);
+/* 10x files with several feature types or genomes as modalities
+ * (tenx_multi.c): the source's single AnnData model (the whole matrix)
+ * made into global annotations and modalities, or left as it is. */
+int zm__10x_feature_modalities(zm_source *source, zm_err *err);
+void zm__window_free(struct zm_window *window);
 /* Each global cell's row in each modality (obsmap), once the global model
  * is validated. */
 int zm__mudata_map(zm_source *source, zm_err *err);

@@ -3,8 +3,10 @@
  * indexed by barcode; var by feature name with gene_ids, feature_types and
  * genome columns (v3) or gene_ids (v2). Every feature type is kept (scanpy's
  * gex_only=False): a multi-modal run's antibody features appear as genes
- * with their feature_types value. A v2 file with several genomes presents
- * the first (by name); the others are listed as skipped. */
+ * with their feature_types value, when -o layout=anndata asks for one
+ * AnnData; else several feature types are modalities (tenx_multi.c). A v2
+ * file with several genomes is a modality a genome (tenx_multi.c), or with
+ * -o layout=anndata the first (by name), the others listed as skipped. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,34 +114,136 @@ static zm_element *dataframe(const char *name)
     return df;
 }
 
+/* The genome groups of a v2 file (a group holding genes and the matrix's
+ * parts), by name: *out malloc'd, count of them. HDF5 lock held. */
+static int genome_groups(zm_source *source, char (**out)[ZM__PATH_BUFFER], size_t *count)
+{
+    *out = NULL;
+    *count = 0;
+    zm_strings names;
+    int rc = zm__h5_list(source->file, "/", &names);
+    if (rc != 0)
+        return rc;
+    char (*groups)[ZM__PATH_BUFFER] = calloc(names.count ? names.count : 1, sizeof *groups);
+    if (groups == NULL) {
+        zm_strings_free(&names);
+        return -ENOMEM;
+    }
+    size_t n = 0;
+    for (size_t g = 0; g < names.count; g++) {
+        char name[ZM_ELEMENT_NAME_MAX + 1], candidate[ZM__PATH_BUFFER], genes[ZM__PATH_BUFFER + 8];
+        if (zm__child_at(source, "/", &names, g, name, candidate) != 0)
+            continue;
+        snprintf(genes, sizeof genes, "%s/genes", candidate);
+        if (zm__h5_object_type(source->file, genes) != H5O_TYPE_DATASET)
+            continue;
+        snprintf(groups[n++], ZM__PATH_BUFFER, "%s", candidate);
+    }
+    zm_strings_free(&names);
+    *out = groups;
+    *count = n;
+    return 0;
+}
+
+/* Every dataset of the file's first two levels (and of /matrix/features)
+ * that no element reads is listed as skipped, and every other object at the
+ * root: nothing of a 10x file is left out unsaid. HDF5 lock held. */
+static void add_used(zm__set *used, const zm_source *source)
+{
+    for (size_t i = 0; i < source->array_count; i++)
+        if (source->arrays[i]->h5_path != NULL)
+            zm__set_add(used, source->arrays[i]->h5_path, strlen(source->arrays[i]->h5_path),
+                        NULL, NULL);
+}
+
+static void list_unread_in(zm_source *source, const zm__set *used, const char *group, int depth)
+{
+    zm_strings names;
+    if (zm__h5_list(source->file, group, &names) != 0)
+        return;
+    for (size_t i = 0; i < names.count; i++) {
+        char name[ZM_ELEMENT_NAME_MAX + 1], path[ZM__PATH_BUFFER];
+        if (zm__child_at(source, group, &names, i, name, path) != 0)
+            continue;
+        int type = zm__h5_object_type(source->file, path);
+        if (type == H5O_TYPE_DATASET && zm__set_find(used, path, strlen(path)))
+            continue;
+        if (type == H5O_TYPE_GROUP && depth < 2) {
+            list_unread_in(source, used, path, depth + 1);
+            continue;
+        }
+        if (strcmp(name, "_all_tag_keys") == 0)
+            zm__source_skip(source, path, "Cell Ranger's list of the feature tags: each tag is a "
+                                          "var column");
+        else
+            zm__source_skip(source, path, type == H5O_TYPE_DATASET
+                                              ? "not part of the 10x layout (not one value a "
+                                                "barcode or a feature): not served"
+                                              : "not part of the 10x layout: not served");
+    }
+    zm_strings_free(&names);
+}
+
+static void list_unread(zm_source *source)
+{
+    zm__set used = {0};
+    add_used(&used, source);
+    for (size_t i = 0; i < source->modality_count; i++)
+        add_used(&used, source->modalities[i]);
+    zm__hdf5_lock();
+    list_unread_in(source, &used, "/", 0);
+    zm__hdf5_unlock();
+    zm__set_free(&used);
+}
+
+static int read_10x(zm_source *source, zm_err *err);
+
 int zm__read_10x(zm_source *source, zm_err *err)
+{
+    int rc = read_10x(source, err);
+    if (rc == 0)
+        list_unread(source);
+    return rc;
+}
+
+static int read_10x(zm_source *source, zm_err *err)
+{
+    char group[ZM__PATH_BUFFER] = "/matrix";
+    if (source->format == ZM_FORMAT_10X_V2) {
+        zm__hdf5_lock();
+        char (*groups)[ZM__PATH_BUFFER] = NULL;
+        size_t count = 0;
+        int rc = genome_groups(source, &groups, &count);
+        zm__hdf5_unlock();
+        if (rc != 0)
+            return zm_err_set(err, rc, "%s: cannot list the genomes", source->path);
+        /* Several genomes: a modality each (tenx_multi.c), or the first
+         * (-o layout=anndata). */
+        if (count >= 2 && !source->layout_anndata) {
+            rc = zm__10x_genome_modalities(source, (const char(*)[ZM__PATH_BUFFER])groups, count,
+                                           err);
+            free(groups);
+            return rc;
+        }
+        if (count > 0)
+            snprintf(group, sizeof group, "%s", groups[0]);
+        for (size_t g = 1; g < count; g++)
+            zm__source_skip(source, groups[g],
+                            "another genome: -o layout=anndata presents the first genome only "
+                            "(without it, each genome is a modality)");
+        free(groups);
+    }
+    int rc = zm__10x_read_group(source, group, err);
+    if (rc != 0)
+        return rc;
+    /* Several feature types: a MuData of them (tenx_multi.c). */
+    return zm__10x_feature_modalities(source, err);
+}
+
+int zm__10x_read_group(zm_source *source, const char *group, zm_err *err)
 {
     zm__hdf5_lock();
     int rc = 0;
-    char group[ZM__PATH_BUFFER] = "/matrix";
-    if (source->format == ZM_FORMAT_10X_V2) {
-        /* The first genome group by name. */
-        zm_strings names;
-        rc = zm__h5_list(source->file, "/", &names);
-        int chosen = 0;
-        for (size_t g = 0; rc == 0 && g < names.count; g++) {
-            char name[ZM_ELEMENT_NAME_MAX + 1], candidate[ZM__PATH_BUFFER], genes[ZM__PATH_BUFFER];
-            if (zm__child_at(source, "/", &names, g, name, candidate) != 0)
-                continue;
-            snprintf(genes, sizeof genes, "%s/genes", candidate);
-            if (zm__h5_object_type(source->file, genes) != H5O_TYPE_DATASET)
-                continue;
-            if (!chosen) {
-                snprintf(group, sizeof group, "%s", candidate);
-                chosen = 1;
-            } else {
-                zm__source_skip(source, candidate,
-                                "another genome: a v2 file with several genomes presents the first");
-            }
-        }
-        zm_strings_free(&names);
-    }
-
     zm_element *root = zm__element_new(ZM_ELEMENT_DICT, "", "");
     if (root == NULL) {
         zm__hdf5_unlock();

@@ -597,6 +597,18 @@ int zm_synth_walks(const zm_view *view, const zm_store_node *node)
 }
 
 
+/* Indices (count of them, size bytes each, native order) less shift: the
+ * window's checked them to lie at or past it (zm_element_window). */
+static void unshift_indices(uint8_t *values, uint64_t count, size_t size, uint64_t shift)
+{
+    for (uint64_t i = 0; i < count; i++) {
+        uint64_t u = 0;
+        memcpy(&u, values + i * size, size);
+        u -= shift;
+        memcpy(values + i * size, &u, size);
+    }
+}
+
 int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, const uint64_t *coords,
                    uint8_t **raw, size_t *raw_size, size_t *typesize, int *borrowed, zm_err *err)
 {
@@ -636,6 +648,13 @@ int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, co
     }
 
     size_t bytes = (size_t)(chunk_rows * per_row_values * node->value_size);
+    /* A column window's indices are the file's, window_first more than its
+     * own: each value made is taken back to the window's columns (so a
+     * chunk is never lent from a walk as it lies). */
+    uint64_t shift = node->producer == ZM_PRODUCE_ENTRIES && node->part == ZM_PART_INDICES &&
+                             node->element->window != NULL ? node->element->window_first : 0;
+    if (shift != 0)
+        borrowed = NULL;
     struct zm_walk *w = NULL;
     if (zm_synth_walks(view, node)) {
         int rc = zm__walk_of(synth, view, node, &w, err);
@@ -675,6 +694,8 @@ int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, co
     }
     if (w != NULL)
         zm__walk_put(w);
+    if (rc == 0 && shift != 0)
+        unshift_indices(out, (to - from) * per_row_values, node->value_size, shift);
     if (rc != 0) {
         free(out);
         return rc;

@@ -621,6 +621,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     else
         t->codec = zm_codec_default();
     zm_source_options so = {.threads = options->threads,
+                            .layout_anndata = options->layout_anndata,
                             .chunk_cache_bytes = memory / 4 ? (size_t)(memory / 4) : 1};
     if (rc == 0 && t->synth == NULL)
         rc = zm_err_set(err, -ENOMEM, "out of memory");

@@ -285,6 +285,29 @@ void zm__sparse_free(zm_view_sparse *s)
     free(s);
 }
 
+/* A column window of a matrix (a 10x modality's X): each kept row's entries
+ * in the window, by view row, from the window's rows (zm_element_window);
+ * the length of each is the view's. */
+static int window_layout(zm_view *view, const zm_element *e, zm_view_sparse *s, zm_err *err)
+{
+    zm_window_rows w;
+    int rc = zm_element_window(view->source, e, &w, err);
+    if (rc != 0)
+        return rc;
+    s->source_start = zm__big_alloc((s->majors ? s->majors : 1) * sizeof *s->source_start);
+    s->indptr = zm__big_alloc((s->majors + 1) * sizeof *s->indptr);
+    if (s->source_start == NULL || s->indptr == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory laying out %s", e->path);
+    s->indptr[0] = 0;
+    for (uint64_t v = 0; v < s->majors; v++) {
+        uint64_t m = s->major_is_cell ? view->order[v] : v;
+        const int64_t *at = w.at + m * w.stride;
+        s->source_start[v] = at[0];
+        s->indptr[v + 1] = s->indptr[v] + (at[1] - at[0]);
+    }
+    return 0;
+}
+
 /* Lays out a sparse matrix in the view: which majors, in which order, and
  * how many entries each keeps. */
 int zm__sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **out, zm_err *err)
@@ -292,6 +315,25 @@ int zm__sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **out, 
     zm_view_sparse *s = calloc(1, sizeof *s);
     if (s == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory");
+    if (e->window != NULL) {
+        s->element = e;
+        s->major_is_cell = e->axes[0] == ZM_AXIS_OBS && !view->identity;
+        s->majors = view->rows;
+        int rc = window_layout(view, e, s, err);
+        if (rc == 0) {
+            zm_view_sparse **list = realloc(view->sparses, (view->sparse_count + 1) * sizeof *list);
+            if (list == NULL)
+                rc = zm_err_set(err, -ENOMEM, "out of memory");
+            else {
+                view->sparses = list;
+                view->sparses[view->sparse_count++] = s;
+                *out = s;
+                return 0;
+            }
+        }
+        zm__sparse_free(s);
+        return rc;
+    }
     int csr = e->sparse_format == ZM_SPARSE_CSR;
     s->element = e;
     s->major_is_cell = (csr ? e->axes[0] : e->axes[1]) == ZM_AXIS_OBS;
