@@ -271,6 +271,9 @@ const uint32_t *zm_source_modality_rows(const zm_source *source, size_t i);
 /* The root's "axis" attribute (0: the modalities share cells, 1: genes,
  * -1: both), or -2 when it has none. */
 int zm_source_modality_axis(const zm_source *source);
+/* The root's "encoding-version" attribute of a MuData file ("0.1.0"), or
+ * NULL when it has none (a 10x file's modalities). */
+const char *zm_source_modality_version(const zm_source *source);
 /* The source a modality belongs to (NULL for a source that is no
  * modality). */
 const zm_source *zm_source_parent(const zm_source *source);

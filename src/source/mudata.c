@@ -24,6 +24,10 @@ const uint32_t *zm_source_modality_rows(const zm_source *source, size_t i)
 }
 const zm_source *zm_source_parent(const zm_source *source) { return source->parent; }
 int zm_source_modality_axis(const zm_source *source) { return source->modality_axis; }
+const char *zm_source_modality_version(const zm_source *source)
+{
+    return source->modality_version;
+}
 
 /* A modality: a source reading parent's file through parent's descriptor,
  * threads and cache, with a model of its own. */
@@ -81,6 +85,8 @@ void zm__modalities_free(zm_source *source)
     }
     zm__window_free(source->window);
     source->window = NULL;
+    free(source->modality_version);
+    source->modality_version = NULL;
     free(source->modalities);
     free(source->modality_names);
     free(source->modality_rows);
@@ -186,6 +192,23 @@ int zm__read_h5mu(zm_source *source, zm_err *err)
     else if (axis_count > 0)
         zm__source_skip(source, "/", "its axis attribute is not 0, 1 or -1: left out");
     free(axis);
+    /* Kept as a version is written (digits, letters, '.', '+', '-'), or
+     * left out, saying so: it goes into every view's .zattrs. */
+    char *version = NULL;
+    if (zm__h5_attribute_string(source->file, "/", "encoding-version", &version) == 0) {
+        size_t length = strlen(version);
+        int plain = length > 0 && length <= 32;
+        for (size_t i = 0; plain && i < length; i++)
+            plain = (version[i] >= '0' && version[i] <= '9') || (version[i] >= 'a' && version[i] <= 'z') ||
+                    (version[i] >= 'A' && version[i] <= 'Z') || strchr(".+-", version[i]) != NULL;
+        if (plain)
+            source->modality_version = version;
+        else {
+            free(version);
+            zm__source_skip(source, "/", "its encoding-version attribute is not a version: "
+                                         "the stores say 0.1.0");
+        }
+    }
     if (zm__h5_object_type(source->file, "/mod") != H5O_TYPE_GROUP || zm__h5_list(source->file, "/mod", &groups) != 0)
         rc = zm_err_set(err, -EINVAL, "%s: a MuData .h5mu needs a /mod group of modalities",
                         source->path);

@@ -135,6 +135,7 @@ struct zm_source {
     char **modality_names;
     uint32_t **modality_rows;
     int modality_axis; /* the root's axis attribute, or -2 */
+    char *modality_version; /* the root's encoding-version attribute, or NULL */
     int layout_anndata; /* zm_source_options.layout_anndata */
     struct zm_window *window; /* tenx_multi.c: a 10x matrix's column windows */
 };

@@ -611,8 +611,11 @@ int zm__build_store(zm_view *view, zm_err *err)
         json_object_set_new(src, "format", json_string("modality"));
     }
     int mudata = view->part_count > 0;
+    /* A MuData's version is its file's (mudata writes 0.1.0), else 0.1.0. */
+    const char *version = mudata && zm_source_modality_version(view->source)
+                              ? zm_source_modality_version(view->source) : "0.1.0";
     store->attrs = json_pack("{s:s, s:s, s:{s:o, s:o}}", "encoding-type", mudata ? "MuData" : "anndata",
-                             "encoding-version", "0.1.0", "zarrmount", "view", v, "source", src);
+                             "encoding-version", version, "zarrmount", "view", v, "source", src);
     if (store->attrs != NULL && mudata && zm_source_modality_axis(view->source) > -2)
         json_object_set_new(store->attrs, "axis",
                             json_integer(zm_source_modality_axis(view->source)));
