@@ -318,8 +318,7 @@ def without_priority(uns, case, n):
 
 
 def check_global(src, case, group):
-    """The root: attributes, obs/obsm/obsp rows, the rest as stored, obsmap, varmap."""
-    check_root_attrs(src, case, readers.attrs(group))
+    """The root's elements: obs/obsm/obsp rows, the rest as stored, obsmap, varmap, mod/."""
     keys = set(group.keys())
     if "X" in keys:
         raise Differ("the store has a global X")
@@ -416,10 +415,10 @@ def check_view(mount, src, case):
     store = os.path.join(mount.point, case.path)
     label = f"{src.label}: {case.path}"
 
-    def whole():
-        check_global(src, case, readers.open_group(store))
-    attempt(f"{label}: {len(case.order)} global cells as the reading keeps them; .zattrs, obs, obsm, obsp, "
-            "var, varm, varp, uns, obsmap, varmap, mod-order", whole)
+    attempt(f"{label}: .zattrs: MuData, the source's encoding-version and axis, the view's and the source's "
+            "record", lambda: check_root_attrs(src, case, readers.attrs(readers.open_group(store))))
+    attempt(f"{label}: {len(case.order)} global cells as the reading keeps them; obs, obsm, obsp, var, varm, "
+            "varp, uns, obsmap, varmap, mod-order", lambda: check_global(src, case, readers.open_group(store)))
     rows = {}
     for m in src.mod_order:
         expected = len(src.modality_rows(m, case.order))
@@ -550,7 +549,8 @@ def sources(work):
     out = []
     manifest = make_mudata_sources.generate(os.path.join(work, "sources"))
     for name, entry in manifest["files"].items():
-        problems = make_mudata_sources.check_file(entry["path"], entry["cells_of_none"])
+        problems = make_mudata_sources.check_file(entry["path"], entry["cells_of_none"],
+                                                  entry.get("encoding_version", make_mudata_sources.MUDATA_VERSION))
         check(f"{name}.h5mu: written as make_mudata_sources.py says (read back: layout, obsmap invariants)",
               not problems, "\n".join(problems))
         out.append((entry["path"], name))

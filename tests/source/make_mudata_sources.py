@@ -39,9 +39,10 @@ Writes into OUT_DIR:
                           does not hold (so the order served is the file's: w, x); objects no
                           layout names: a root group /extra (a dataset /extra/values), a dataset
                           /mod/stray (not a modality), a dataset /mod/x/notes (not an AnnData
-                          element).
+                          element); the root's encoding-version (and the userblock's
+                          format-version) STRAY_VERSION, a later one than mudata writes today.
   manifest.json           {"seed", "files": {name: {"path", "cells", "modalities", "mod_order",
-                          "cells_of_none"}}}.
+                          "cells_of_none", and for stray-objects "encoding_version"}}}.
 
 Deterministic from the seed (numpy's default_rng): two runs write the same bytes. --check reads
 every file back with h5py and read_elem and checks the obsmap invariants the README gives
@@ -78,6 +79,7 @@ MUDATA_VERSION = "0.1.0"
 RNA_CHUNK = 256          # entries a chunk of rna's X/data and X/indices
 RNA_INDPTR_CHUNK = 64    # rows a chunk of rna's X/indptr
 DEFAULT_SEED = 22
+STRAY_VERSION = "0.1.1"  # stray-objects.h5mu's root encoding-version: a later one than mudata writes
 
 
 def put(group, key, value, **dataset_kwargs):
@@ -194,7 +196,7 @@ def make_modality(rng, name, cells, global_names, n_vars, x_format, x_kwargs=Non
 # ---- The MuData layout -----------------------------------------------------------------------
 
 def write_h5mu(path, global_names, obs, modalities, mod_order, obsm=None, obsp=None, uns=None, axis=0,
-               extra_var=None):
+               extra_var=None, version=MUDATA_VERSION):
     """mudata's _write_h5mu: global annotations, obsmap/varmap, then /mod/NAME element by element;
     the userblock's header written after the file is closed."""
     n = len(global_names)
@@ -247,9 +249,9 @@ def write_h5mu(path, global_names, obs, modalities, mod_order, obsm=None, obsp=N
         if mod_order is not None:
             mod.attrs["mod-order"] = np.array(mod_order, dtype=h5py.string_dtype("utf-8"))
         f.attrs["encoding-type"] = "MuData"
-        f.attrs["encoding-version"] = MUDATA_VERSION
+        f.attrs["encoding-version"] = version
         f.attrs["encoder"], f.attrs["encoder-version"] = ENCODER
-    header = (f"MuData (format-version={MUDATA_VERSION};creator=make_mudata_sources.py;"
+    header = (f"MuData (format-version={version};creator=make_mudata_sources.py;"
               f"creator-version={ENCODER[1]})").encode()
     with open(path, "r+b") as f:
         f.write(header + b"\0" * (USERBLOCK - len(header)))
@@ -340,12 +342,14 @@ def stray_objects(path, rng):
                   make_modality(rng, "w", member_rows(rng, n, 0.6), names, 10, "dense", varm=False)]
     obs = global_obs(rng, names, modalities)
     umap = rng.normal(0, 3, size=(n, 2)).astype(np.float32)
-    write_h5mu(path, names, obs, modalities, ["x", "nope"], obsm={"X_umap": umap}, uns={"note": "stray objects"})
+    write_h5mu(path, names, obs, modalities, ["x", "nope"], obsm={"X_umap": umap}, uns={"note": "stray objects"},
+               version=STRAY_VERSION)
     with h5py.File(path, "r+") as f:
         f.create_group("extra").create_dataset("values", data=np.arange(5, dtype=np.int16))
         f["mod"].create_dataset("stray", data=np.arange(3, dtype=np.float64))
         f["mod/x"].create_dataset("notes", data=np.array(["a", "b"], dtype=h5py.string_dtype("utf-8")))
-    return {"cells": n, "modalities": ["w", "x"], "mod_order": ["x", "nope"], "cells_of_none": True}
+    return {"cells": n, "modalities": ["w", "x"], "mod_order": ["x", "nope"], "cells_of_none": True,
+            "encoding_version": STRAY_VERSION}
 
 
 FILES = {"three-modalities": three_modalities, "one-modality-all-cells": one_modality_all_cells,
@@ -368,9 +372,10 @@ def generate(directory, seed=DEFAULT_SEED):
 
 # ---- Reading back ----------------------------------------------------------------------------
 
-def check_file(path, cells_of_none=None):
+def check_file(path, cells_of_none=None, version=MUDATA_VERSION):
     """The problems of one .h5mu against the layout and the obsmap invariants ([] if none);
-    cells_of_none True (False): some cell (no cell) is measured by no modality."""
+    cells_of_none True (False): some cell (no cell) is measured by no modality; version the root's
+    encoding-version."""
     import readers  # noqa: F401  (registers the anndata group reader when anndata is missing)
     from anndata_elements import read_elem as own_read_elem
     read_elem = own_read_elem
@@ -381,12 +386,12 @@ def check_file(path, cells_of_none=None):
     problems = []
     with open(path, "rb") as f:
         head = f.read(USERBLOCK)
-    if not head.startswith(b"MuData (format-version=0.1.0;"):
+    if not head.startswith(f"MuData (format-version={version};".encode()):
         problems.append(f"userblock starts {head[:40]!r}")
     with h5py.File(path, "r") as f:
         if f.userblock_size != USERBLOCK:
             problems.append(f"userblock of {f.userblock_size} bytes")
-        if f.attrs.get("encoding-type") != "MuData" or f.attrs.get("encoding-version") != MUDATA_VERSION:
+        if f.attrs.get("encoding-type") != "MuData" or f.attrs.get("encoding-version") != version:
             problems.append(f"root attributes {dict(f.attrs)}")
         names = np.asarray(read_elem(f["obs"]).index)
         genes = np.asarray(read_elem(f["var"]).index)
@@ -434,7 +439,8 @@ def main():
     failed = False
     if args.check:
         for name, entry in manifest["files"].items():
-            problems = check_file(entry["path"], entry["cells_of_none"])
+            version = entry.get("encoding_version", MUDATA_VERSION)
+            problems = check_file(entry["path"], entry["cells_of_none"], version)
             print(f"{name}: {'ok' if not problems else 'FAILED'}")
             for problem in problems:
                 print(f"  {problem}")
