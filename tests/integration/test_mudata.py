@@ -37,7 +37,9 @@ over the categorical and a sets/ set of obs names (-o sets=DIR):
 - file/ serves every HDF5 object of the source at its path (a dataset as an array, a group as
   a group) or .zarrmount/info.json lists it (or a group holding it) as skipped, and nothing
   else is served but obs/cellucid_original_position (global and each modality's);
-  `zarrmount inspect --json`'s skipped lines are info.json's.
+  `zarrmount inspect --json`'s skipped lines are info.json's; file/'s arrays are the source's
+  datasets value for value where its order is the file's (global ones, modalities whose rows
+  are in global order, every modality's var, varm, varp and uns).
 
 Mounts use cache_dir=none and ahead_idle=0; run by run_mount_test.sh, which unmounts whatever is
 left in every outcome. Prints TAP.
@@ -525,6 +527,59 @@ def check_file_walk(mount, src):
           "(\"HDF5PATH: why\")", not strays and all(": " in line for line in skipped), "\n".join(strays[:8]))
 
 
+def stored_values(dataset):
+    """A dataset's values as h5py holds them, strings as str."""
+    if h5py.check_string_dtype(dataset.dtype) is not None:
+        values = dataset.asstr()[()]
+        return np.asarray(values, dtype=object)
+    return np.asarray(dataset[()])
+
+
+def check_file_values(mount, src):
+    """file/ keeps each cell where the file has it, so its arrays are the source's datasets value
+    for value (shape, dtype up to byte order), where the view's order is the file's: every global
+    dataset, a modality's datasets where its rows are in global order already (obsmap ascending),
+    and every modality's var, varm, varp and uns."""
+    in_order = set()
+    for m in src.mod_order:
+        rows = src.obsmap[m][src.obsmap[m] > 0].astype(np.int64)
+        if np.array_equal(rows, np.arange(1, len(rows) + 1)):
+            in_order.add(m)
+
+    def compared(path):
+        parts = path.split("/")
+        if parts[0] == "obsmap":
+            return len(parts) == 2 and parts[1] in in_order
+        if parts[0] != "mod":
+            return True
+        return len(parts) > 2 and (parts[1] in in_order or parts[2] in ("var", "varm", "varp", "uns"))
+
+    def run():
+        wrong, count = [], 0
+        with h5py.File(src.path, "r") as f:
+            for path, is_group in src.objects:
+                if is_group or not compared(path):
+                    continue
+                served = os.path.join(mount.point, "file", path)
+                if not os.path.exists(os.path.join(served, ".zarray")):
+                    continue  # file/'s walk says whether it had to be
+                count += 1
+                want = stored_values(f[path])
+                got = readers.read(readers.open_array(served))
+                got = np.asarray(got)
+                try:
+                    views.same(got if got.dtype.kind != "U" else got.astype(object), want, f"/{path}")
+                except Differ as e:
+                    wrong.append(str(e))
+        if wrong:
+            raise Differ("\n".join(wrong[:10]))
+        if count == 0:
+            raise Differ("no dataset compared")
+        return count
+    attempt(f"{src.label}: file/'s arrays are the source's datasets, value for value (global ones, "
+            f"modalities in global order: {sorted(in_order) or 'none'}, every modality's var/varm/varp/uns)", run)
+
+
 # ---- A source --------------------------------------------------------------------------------
 
 def check_source(work, src):
@@ -542,6 +597,7 @@ def check_source(work, src):
         check_nested(mount, src, k1, k2)
         check_small(mount, src)
         check_file_walk(mount, src)
+        check_file_values(mount, src)
 
 
 def sources(work):
