@@ -413,7 +413,8 @@ def check_file(path, cells_of_none=None, version=MUDATA_VERSION):
                     problems.append(f"/{mapping}/{m}: its non-zero values are not a permutation of 1..{len(own)}")
                     continue
                 if [str(x) for x in np.asarray(own)[kept - 1]] != [str(x) for x in whole[values > 0]]:
-                    problems.append(f"/{mapping}/{m}: the modality's {axis} names at {mapping} - 1 are not the global ones")
+                    problems.append(f"/{mapping}/{m}: the modality's {axis} names at {mapping} - 1 are not "
+                                    "the global ones")
                 if not np.array_equal(f[mask][m][()], values > 0):
                     problems.append(f"/{mask}/{m}: not {mapping}/{m} > 0")
             covered |= f["obsmap"][m][()] > 0
