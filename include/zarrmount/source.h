@@ -174,8 +174,8 @@ struct zm_element {
 
 /* Where each row of a column window's matrix has its entries among the
  * file's: row r's are [at[r * stride], at[r * stride + 1]). Made on first
- * use in one pass over the matrix's indices, which must ascend within each
- * row (as Cell Ranger writes them) and lie below its columns: else -EIO
+ * use in one pass over the matrix's indices, which must not descend within
+ * each row (Cell Ranger writes them ascending) and lie below its columns: else -EIO
  * with the reason, for every read of it. */
 typedef struct zm_window_rows {
     const int64_t *at;

@@ -305,9 +305,28 @@ static int check_varmap(zm_source *source, size_t i, zm_err *err)
     return 0;
 }
 
+/* An obsmap entry that names no modality: listed, not served (the view has
+ * no rows to renumber it by; a varmap entry is served as it is). */
+static void skip_unmatched(zm_source *source, const char *dict)
+{
+    const zm_element *maps = zm_source_find(source, dict);
+    for (size_t c = 0; maps && c < maps->child_count; c++) {
+        const char *name = maps->children[c]->name;
+        size_t i = 0;
+        while (i < source->modality_count && strcmp(source->modality_names[i], name) != 0)
+            i++;
+        if (i == source->modality_count) {
+            char path[ZM__PATH_BUFFER];
+            snprintf(path, sizeof path, "/%s/%s", dict, name);
+            zm__source_skip(source, path, "names no modality of /mod: not served");
+        }
+    }
+}
+
 int zm__mudata_map(zm_source *source, zm_err *err)
 {
     int rc = 0;
+    skip_unmatched(source, "obsmap");
     for (size_t i = 0; rc == 0 && i < source->modality_count; i++) {
         rc = modality_rows(source, i, err);
         if (rc == 0)

@@ -89,14 +89,16 @@ static int window_make(zm_source *source, struct zm_window *w, zm_err *err)
                     break;
             }
             int64_t column = zm_dtype_integer(info->dtype, piece, (uint64_t)j - piece_start);
-            if (column <= previous || column < 0 || (uint64_t)column >= w->columns) {
+            /* Ascending, a column repeated or not (scipy keeps duplicates): each
+             * window's entries are then one run of the row's. */
+            if (column < previous || column < 0 || (uint64_t)column >= w->columns) {
                 rc = zm_err_set(err, -EIO,
                                 "%s: row %" PRIu64 "'s indices %s (%" PRId64 " after %" PRId64
                                 "): its feature types cannot be column windows (mount with -o "
                                 "layout=anndata to read it as one matrix)",
                                 info->file_path, r,
                                 column < 0 || (uint64_t)column >= w->columns ? "leave the matrix"
-                                                                              : "do not ascend",
+                                                                              : "descend",
                                 column, previous);
                 break;
             }

@@ -124,15 +124,15 @@ static size_t list_works(zm_tree *t, work *out, size_t capacity, int finished)
         work *w = &out[count++];
         const char *key = "", *doing = "reading";
         for (size_t v = 0; v < view_count; v++) {
-            if (p->tally == &views[v]->source)
+            if (p->tally == &views[v]->source) {
                 key = views[v]->key;
-            for (size_t m = 0; m < ZM__STATS_MODALITIES; m++)
-                if (p->tally == &views[v]->modality[m].source)
-                    key = views[v]->key;
-            else if (p->tally == &views[v]->build) {
+            } else if (p->tally == &views[v]->build) {
                 key = views[v]->key;
                 doing = "building: reading";
             }
+            for (size_t m = 0; m < ZM__STATS_MODALITIES; m++)
+                if (p->tally == &views[v]->modality[m].source)
+                    key = views[v]->key;
         }
         snprintf(w->view, sizeof w->view, "%s", key);
         snprintf(w->what, sizeof w->what, "%s %s", doing, p->what);

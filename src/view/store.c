@@ -606,7 +606,9 @@ int zm__build_store(zm_view *view, zm_err *err)
         while (i < view->owner->part_count && view->owner->parts[i] != view)
             i++;
         json_object_set_new(v, "modality", json_string(view->owner->part_names[i]));
-        json_object_set_new(src, "format", json_string("h5mu modality"));
+        /* The source is the root's to say: its size is no modality's. */
+        json_object_del(src, "bytes");
+        json_object_set_new(src, "format", json_string("modality"));
     }
     int mudata = view->part_count > 0;
     store->attrs = json_pack("{s:s, s:s, s:{s:o, s:o}}", "encoding-type", mudata ? "MuData" : "anndata",

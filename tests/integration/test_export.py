@@ -226,6 +226,7 @@ def main():
                 try:
                     views.run_json  # the binary is shared
                     args = [views.BINARY, "export", path, view, out] + (["--chunk-size", chunk] if chunk else [])
+                    args += views.layout_args(path)
                     done = __import__("subprocess").run(args, capture_output=True, text=True, timeout=600)
                     if done.returncode != 0:
                         raise views.Differ(f"export failed: {done.stderr.strip()}")

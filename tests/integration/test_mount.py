@@ -124,7 +124,7 @@ def check_source(path):
     info, view_list = views.views_for(path)
     ref = views.reference(path)
     anndata_itself(name)
-    with mounted(path) as point:
+    with mounted(path, *views.layout_options(path)) as point:
         for view, method, seed, k, b in view_list:
             label = f"{name} {view}"
             try:
@@ -200,7 +200,7 @@ def check_methods(path):
     ref = views.reference(path)
     n = ref.n_obs
     fields, embeddings, view_list = method_views(path, ref, n)
-    with mounted(path) as point:
+    with mounted(path, *views.layout_options(path)) as point:
         listed = set(os.listdir(os.path.join(point, "stratified")))
         check(f"{name} stratified/ lists every categorical obs column", set(fields) <= listed,
               f"{sorted(fields)} vs {sorted(listed)}")

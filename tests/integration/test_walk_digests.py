@@ -75,8 +75,15 @@ def walk_digest(top):
     return digest.hexdigest(), count, size
 
 
-def n_obs(source):
-    done = subprocess.run([BINARY, "inspect", source, "--json"], capture_output=True, text=True,
+def layout(name):
+    """10x files as one AnnData (-o layout=anndata): the bytes recorded before their MuData
+    layout, which keeps them byte for byte; their MuData stores are recorded under keys of
+    their own ("layout=mudata")."""
+    return ["--layout", "anndata"] if name.startswith("10x/") else []
+
+
+def n_obs(source, extra=()):
+    done = subprocess.run([BINARY, "inspect", source, "--json", *extra], capture_output=True, text=True,
                           timeout=120)
     if done.returncode != 0:
         raise RuntimeError(f"inspect failed: {done.stderr.strip()}")
@@ -95,9 +102,14 @@ def cases():
     out = []
     for name in SOURCES:
         source = os.path.join(FIXTURES, name)
-        views = views_of(n_obs(source))
+        views = views_of(n_obs(source, layout(name)))
         for view in views:
-            out.append((f"export {name} {view} codec=none", source, view, ["--codec", "none"], "none"))
+            out.append((f"export {name} {view} codec=none", source, view,
+                        ["--codec", "none"] + layout(name), "none"))
+        if layout(name):
+            for view in views_of(n_obs(source)):
+                out.append((f"export {name} {view} codec=none layout=mudata", source, view,
+                            ["--codec", "none"], "none"))
         for codec in COMPRESSED.get(name, ()):
             for view in views[:2]:
                 out.append((f"export {name} {view} codec={codec}", source, view, ["--codec", codec], codec))

@@ -98,9 +98,22 @@ def display_name(path):
     return os.path.relpath(path, root if path.startswith(root) else shared)
 
 
+# The references here read a 10x file as scanpy's read_10x_h5 does, one AnnData (a v2 file's
+# first genome): its mounts and exports here take -o layout=anndata. Its MuData layout (a
+# modality a feature type or genome) is test_mudata.py's.
+def layout_options(path):
+    """The mount options (-o) a source is read with here."""
+    return ["layout=anndata"] if path.endswith(".h5") else []
+
+
+def layout_args(path):
+    """The same for `zarrmount export` and `inspect`."""
+    return ["--layout", "anndata"] if path.endswith(".h5") else []
+
+
 def views_for(path):
     """(view path, method, seed, k, B) to check for a source."""
-    info = run_json(["inspect", path, "--json"])
+    info = run_json(["inspect", path, "--json"] + layout_args(path))
     n, b0 = info["nObs"], info["defaultBlockSize"]["blockSize"]
     views = [("file", "file", 0, n, None), ("full", "uniform", 0, n, None)]
     if n >= 1:
