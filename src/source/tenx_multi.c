@@ -252,30 +252,48 @@ static int dataframe_rows(zm_source *source, const zm_element *df, uint64_t firs
     return 0;
 }
 
-/* A 1-d uint32 array held in memory as element parent/name. */
-static int uint32_element(zm_source *source, zm_element *parent, const char *name,
-                          const uint32_t *values, uint64_t n, const char *what, zm_err *err)
+/* A 1-d array of n values held in memory (numbers, or strings when strings
+ * is not NULL, which it takes) as an element named name under parent. */
+static int memory_element(zm_source *source, const zm_element *parent, const char *name,
+                          zm_dtype dtype, uint64_t n, const void *values, zm_strings *strings,
+                          const char *what, zm_element **out, zm_err *err)
 {
-    zm_element *e = zm__element_new(ZM_ELEMENT_ARRAY, parent->path, name);
-    if (e == NULL)
+    *out = NULL;
+    int string = strings != NULL;
+    zm_element *e = zm__element_new(string ? ZM_ELEMENT_STRING_ARRAY : ZM_ELEMENT_ARRAY,
+                                    parent->path, name);
+    if (e == NULL) {
+        if (strings)
+            zm_strings_free(strings);
         return zm_err_set(err, -ENOMEM, "out of memory");
+    }
     uint64_t shape[1] = {n};
     char label[ZM__PATH_BUFFER];
     snprintf(label, sizeof label, "%s/%s (made by the reader)", parent->path, name);
-    int rc = zm__array_memory(source, label, (zm_dtype){ZM_TYPE_UINT, 4}, 1, shape, values, NULL,
-                              &e->values, err);
+    int rc = zm__array_memory(source, label, dtype, 1, shape, values, strings, &e->values, err);
     if (rc != 0) {
         zm__element_free(e);
         return rc;
     }
     zm__element_shape_from(e, e->values);
-    zm__element_set_encoding(e, "array", "0.2.0");
+    zm__element_set_encoding(e, string ? "string-array" : "array", "0.2.0");
     zm__element_set_stored_as(e, "%s", what);
-    if ((rc = zm__element_add_child(parent, e)) != 0) {
-        zm__element_free(e);
-        return zm_err_set(err, -ENOMEM, "out of memory");
-    }
+    *out = e;
     return 0;
+}
+
+/* A 1-d uint32 array held in memory as element parent/name. */
+static int uint32_element(zm_source *source, zm_element *parent, const char *name,
+                          const uint32_t *values, uint64_t n, const char *what, zm_err *err)
+{
+    zm_element *e;
+    int rc = memory_element(source, parent, name, (zm_dtype){ZM_TYPE_UINT, 4}, n, values, NULL,
+                            what, &e, err);
+    if (rc == 0 && zm__element_add_child(parent, e) != 0) {
+        zm__element_free(e);
+        rc = zm_err_set(err, -ENOMEM, "out of memory");
+    }
+    return rc;
 }
 
 static zm_element *dict(zm_element *root, const char *name, const char *stored_as)
@@ -566,33 +584,14 @@ static int strings_add(strings_builder *b, const char *bytes, size_t length)
 
 /* A memory string array element parent/name (taking the strings). */
 static int strings_element(zm_source *source, zm_element *parent, const char *name,
-                           zm_element_kind kind, strings_builder *b, const char *what,
-                           zm_element **out, zm_err *err)
+                           strings_builder *b, const char *what, zm_element **out, zm_err *err)
 {
-    *out = NULL;
-    if (b->s.offsets == NULL && strings_add(b, "", 0) == 0)
-        b->s.count = 0, b->s.offsets[0] = 0; /* no strings: one offset, 0 */
-    zm_element *e = zm__element_new(kind, parent->path, name);
-    if (e == NULL || b->s.offsets == NULL) {
-        zm__element_free(e);
-        zm_strings_free(&b->s);
-        return zm_err_set(err, -ENOMEM, "out of memory");
-    }
-    uint64_t shape[1] = {b->s.count};
-    char label[ZM__PATH_BUFFER];
-    snprintf(label, sizeof label, "%s/%s (made by the reader)", parent->path, name);
-    int rc = zm__array_memory(source, label, (zm_dtype){ZM_TYPE_STRING, 0}, 1, shape, NULL, &b->s,
-                              &e->values, err);
+    if (b->s.offsets == NULL && (b->s.offsets = calloc(1, sizeof *b->s.offsets)) == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory"); /* no strings: one offset, 0 */
+    zm_strings strings = b->s;
     memset(b, 0, sizeof *b);
-    if (rc != 0) {
-        zm__element_free(e);
-        return rc;
-    }
-    zm__element_shape_from(e, e->values);
-    zm__element_set_encoding(e, "string-array", "0.2.0");
-    zm__element_set_stored_as(e, "%s", what);
-    *out = e;
-    return 0;
+    return memory_element(source, parent, name, (zm_dtype){ZM_TYPE_STRING, 0}, strings.count,
+                          NULL, &strings, what, out, err);
 }
 
 static uint64_t hash_bytes(const char *p, size_t n)
@@ -765,20 +764,20 @@ int zm__10x_genome_modalities(zm_source *source, const char (*groups)[ZM__PATH_B
     obs = root->children[0];
     var = root->children[1];
     zm_element *e = NULL;
-    rc = strings_element(source, obs, "_index", ZM_ELEMENT_STRING_ARRAY, &cells,
+    rc = strings_element(source, obs, "_index", &cells,
                          "made by the reader: the barcodes", &obs->index, err);
     if (rc == 0)
-        rc = strings_element(source, var, "_index", ZM_ELEMENT_STRING_ARRAY, &names,
+        rc = strings_element(source, var, "_index", &names,
                              "made by the reader: the genes' names", &var->index, err);
     if (rc == 0 && with_ids &&
-        (rc = strings_element(source, var, "gene_ids", ZM_ELEMENT_STRING_ARRAY, &ids,
+        (rc = strings_element(source, var, "gene_ids", &ids,
                               "made by the reader: the genes' ids", &e, err)) == 0 &&
         zm__element_add_child(var, e) != 0) {
         zm__element_free(e);
         rc = zm_err_set(err, -ENOMEM, "out of memory");
     }
     if (rc == 0 &&
-        (rc = strings_element(source, var, "genome", ZM_ELEMENT_STRING_ARRAY, &of,
+        (rc = strings_element(source, var, "genome", &of,
                               "made by the reader: each gene's genome", &e, err)) == 0 &&
         zm__element_add_child(var, e) != 0) {
         zm__element_free(e);

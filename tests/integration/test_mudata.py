@@ -68,7 +68,7 @@ import make_mudata_sources  # noqa: E402
 import readers  # noqa: E402
 import set_rules as R  # noqa: E402
 import views  # noqa: E402
-from views import Differ  # noqa: E402
+from views import Differ, attempt, first_difference  # noqa: E402
 
 try:
     from anndata._io.specs import read_elem  # noqa: E402
@@ -81,28 +81,6 @@ SHARED = os.environ.get("ZM_SHARED_DATA", "../shared/data")
 SHARED_H5MU = os.path.join(SHARED, "modern", "modern-citeseq-800.h5mu")
 SHARED_EXPECT = os.path.join(SHARED, "modern", "modern-citeseq-800.expect.npz")
 RNG = random.Random(22)
-
-
-def attempt(name, call):
-    """Runs call(); a Differ or any error is that check's failure, with its reason."""
-    try:
-        result = call()
-        check(name, True)
-        return result
-    except Differ as e:
-        check(name, False, str(e))
-    except Exception as e:  # noqa: BLE001  (a failing read is the check's failure, said)
-        check(name, False, f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}")
-    return None
-
-
-def first_difference(got, want):
-    got, want = np.asarray(got, dtype=np.int64), np.asarray(want, dtype=np.int64)
-    if got.shape != want.shape:
-        return f"{len(got)} rows, {len(want)} expected (first {got[:8].tolist()} vs {want[:8].tolist()})"
-    where = np.flatnonzero(got != want)
-    return (f"{len(where)} of {len(want)} differ, first at row {where[0]}: {got[where[0]]} instead of "
-            f"{want[where[0]]}" if len(where) else "")
 
 
 def text(value):

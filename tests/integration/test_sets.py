@@ -66,7 +66,7 @@ import make_priority_sources as gen  # noqa: E402
 import readers  # noqa: E402
 import set_rules as R  # noqa: E402
 import views  # noqa: E402
-from views import Differ  # noqa: E402
+from views import Differ, attempt, first_difference  # noqa: E402
 
 ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
 FULL_CSR = os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad")
@@ -93,28 +93,6 @@ def run_json(args, stdin=None):
 def explain(path):
     """(exit status, the JSON document or None, the output) of `zarrmount explain PATH --json`."""
     return run_json(["explain", path, "--json"])
-
-
-def attempt(name, call):
-    """Runs call(); a Differ or any error is that check's failure, with its reason."""
-    try:
-        result = call()
-        check(name, True)
-        return result
-    except Differ as e:
-        check(name, False, str(e))
-    except Exception as e:  # noqa: BLE001  (a failing read is the check's failure, said)
-        check(name, False, f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}")
-    return None
-
-
-def first_difference(got, want):
-    got, want = np.asarray(got, dtype=np.int64), np.asarray(want, dtype=np.int64)
-    if got.shape != want.shape:
-        return f"{len(got)} cells, {len(want)} expected (first {got[:8].tolist()} vs {want[:8].tolist()})"
-    where = np.flatnonzero(got != want)
-    return (f"{len(where)} of {len(want)} differ, first at row {where[0]}: {got[where[0]]} instead of "
-            f"{want[where[0]]} (got {got[:8].tolist()}..., want {want[:8].tolist()}...)" if len(where) else "")
 
 
 def fs(path):

@@ -371,3 +371,29 @@ def compare(got, want):
         same(got.raw.X, want.raw.X, "/raw/X")
         same(got.raw.var, want.raw.var, "/raw/var")
         same(dict(got.raw.varm), dict(want.raw.varm), "/raw/varm")
+
+
+def attempt(name, call):
+    """Runs call() as one check of live_mount's TAP: a Differ or any error is that check's
+    failure, with its reason; returns what call returned, or None."""
+    import traceback
+    from live_mount import check
+    try:
+        result = call()
+        check(name, True)
+        return result
+    except Differ as e:
+        check(name, False, str(e))
+    except Exception as e:  # noqa: BLE001  (a failing read is the check's failure, said)
+        check(name, False, f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}")
+    return None
+
+
+def first_difference(got, want):
+    """Where two lists of rows (cells) first differ, in words; "" when they are equal."""
+    got, want = np.asarray(got, dtype=np.int64), np.asarray(want, dtype=np.int64)
+    if got.shape != want.shape:
+        return f"{len(got)} rows, {len(want)} expected (first {got[:8].tolist()} vs {want[:8].tolist()})"
+    where = np.flatnonzero(got != want)
+    return (f"{len(where)} of {len(want)} differ, first at row {where[0]}: {got[where[0]]} instead of "
+            f"{want[where[0]]} (got {got[:8].tolist()}..., want {want[:8].tolist()}...)" if len(where) else "")
