@@ -97,6 +97,7 @@ BASES = [
     ("10x-v3", "10x/v3-two-feature-types.h5", "10x"),
     ("10x-v2", "10x/v2-one-genome.h5", "10x"),
     ("10x-v2-two", "10x/v2-two-genomes.h5", "10x"),
+    ("h5mu", "mudata/two-modalities.h5mu", "h5ad"),
 ]
 
 
@@ -1347,13 +1348,17 @@ def mutate_few_cells(f, s, rng):
         f[group].attrs[attr] = np.array([m, shape[1]])
     for p in list(s.datasets):
         top = p.split("/")[1]
-        if p not in f or top not in ("obs", "obsm", "layers", "X", "raw"):
+        if p not in f or top not in ("obs", "obsm", "layers", "X", "raw", "obsmap"):
             continue
         if p.endswith(("/indptr", "/data", "/indices")) and p.rsplit("/", 1)[0] in [g for g, _, _ in s.sparse]:
             continue
         if p.endswith("/categories") or top == "raw" and not p.startswith("/raw/X"):
             continue
         truncate_rows(f, p, m, n)
+    # A MuData file's modalities keep their rows, which obsmap now maps (in part) to no global
+    # cell: refused, each of a modality's rows being one global cell's.
+    if "mod" in f:
+        return "obs.few-cells-%d" % m, "refuse", "obsmap", "/obsmap", "%d of %d global cells" % (m, n)
     return "obs.few-cells-%d" % m, "ok", "obs", "/obs", "%d of %d cells" % (m, n)
 
 

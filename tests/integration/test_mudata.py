@@ -604,6 +604,14 @@ def main():
             readings.append(Reading(path, name, "celltype", "X_umap", ["NK", "Mono/DC"]))
         except Exception:  # noqa: BLE001
             check(f"{name}: read independently", False, traceback.format_exc(limit=6))
+    # The committed fixture (model-mutations' fuzzed base), as it is in the clone.
+    committed = os.path.join(os.environ.get("ZM_SOURCE_ROOT", "."), "fixtures", "sources", "mudata",
+                             "two-modalities.h5mu")
+    try:
+        readings.append(Reading(committed, "fixtures/two-modalities", "celltype", "X_umap", ["NK", "T"]))
+    except Exception:  # noqa: BLE001
+        check("fixtures/sources/mudata/two-modalities.h5mu: read independently", False,
+              traceback.format_exc(limit=6))
     if os.path.exists(SHARED_H5MU):
         try:
             shared = Reading(SHARED_H5MU, "modern-citeseq-800", "wnn_cluster", "X_wnn_umap", None)
