@@ -578,6 +578,77 @@ def check_source(work, src):
         check_file_values(mount, src)
 
 
+# Files whose obsmap or /mod cannot say which cells the modalities measured: each refused at
+# open (zarrmount inspect exits 2, as a mount does) with one line naming what is wrong.
+REFUSALS = [
+    ("an obsmap row past the modality's rows", lambda f: put_obsmap(f, "rna", 0, 10 ** 6),
+     "not a row of modality rna"),
+    ("two cells naming one modality row", lambda f: put_obsmap(f, "rna", measured(f, "rna")[1],
+                                                                 first_row(f, "rna")),
+     "for two cells"),
+    ("a modality row no cell names", lambda f: put_obsmap(f, "rna", first_cell(f, "rna"), 0),
+     "each of its rows must be one global cell's"),
+    ("a negative obsmap", lambda f: retype_obsmap(f, "rna", np.int64, -1), "not a row of modality rna"),
+    ("obsmap of floats", lambda f: retype_obsmap(f, "rna", np.float32, None), "must hold integers"),
+    ("no obsmap for a modality", lambda f: f.__delitem__("obsmap/rna"), "obsmap/rna must be"),
+    ("an obsmap one short", lambda f: resize_obsmap(f, "rna", -1), "obsmap/rna"),
+    ("/mod with no modality", lambda f: [f["mod"].__delitem__(k) for k in list(f["mod"].keys())],
+     "/mod holds no modality"),
+]
+
+
+def first_row(f, name):
+    values = f[f"obsmap/{name}"][()]
+    return int(values[values > 0][0])
+
+
+def measured(f, name):
+    """The global cells the modality measured, ascending."""
+    return [int(c) for c in np.flatnonzero(f[f"obsmap/{name}"][()] > 0)]
+
+
+def first_cell(f, name):
+    return measured(f, name)[0]
+
+
+def put_obsmap(f, name, cell, value):
+    values = f[f"obsmap/{name}"][()]
+    values[cell] = value
+    f[f"obsmap/{name}"][...] = values
+
+
+def retype_obsmap(f, name, dtype, first):
+    values = f[f"obsmap/{name}"][()].astype(dtype)
+    if first is not None:
+        values[first_cell(f, name)] = first
+    attrs = dict(f[f"obsmap/{name}"].attrs)
+    del f[f"obsmap/{name}"]
+    f[f"obsmap/{name}"] = values
+    f[f"obsmap/{name}"].attrs.update(attrs)
+
+
+def resize_obsmap(f, name, by):
+    values = f[f"obsmap/{name}"][()]
+    attrs = dict(f[f"obsmap/{name}"].attrs)
+    del f[f"obsmap/{name}"]
+    f[f"obsmap/{name}"] = values[:len(values) + by]
+    f[f"obsmap/{name}"].attrs.update(attrs)
+
+
+def check_refusals(work, base):
+    import shutil
+    for what, damage, reason in REFUSALS:
+        path = os.path.join(work, "refused.h5mu")
+        shutil.copyfile(base, path)
+        with h5py.File(path, "r+") as f:
+            damage(f)
+        done = subprocess.run([BINARY, "inspect", path], capture_output=True, text=True, timeout=120)
+        lines = done.stderr.strip().splitlines()
+        check(f"refused, {what}: exit 2, one line saying why",
+              done.returncode == 2 and len(lines) == 1 and reason in lines[0],
+              f"exit {done.returncode}: {done.stderr.strip()[:400]}")
+
+
 def sources(work):
     """(Reading or None, label, why it is not here)."""
     out = []
@@ -624,6 +695,12 @@ def main():
     else:
         check(f"modern-citeseq-800.h5mu # SKIP {SHARED_H5MU} is not here (../shared/data is not beside this clone)",
               True)
+    committed_ok = os.path.exists(committed)
+    if committed_ok:
+        try:
+            check_refusals(work, committed)
+        except Exception:  # noqa: BLE001
+            check("refusals: every damaged file was made and opened", False, traceback.format_exc(limit=6))
     for src in readings:
         try:
             check_source(work, src)
