@@ -146,6 +146,8 @@ struct zm_element {
     /* NULLABLE */
     zm_array *mask;    /* one byte per value, 1 = missing */
     int nullable_boolean;
+    int nullable_string; /* nullable-string-array (anndata >= 0.11): string values */
+    char *na_value;      /* its "na-value" attribute ("NA", "NaN"), or NULL */
     /* CATEGORICAL */
     zm_element *categories; /* a STRING_ARRAY or ARRAY element */
     int ordered;

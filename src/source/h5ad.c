@@ -206,8 +206,11 @@ static int categorical_group(reader *r, const char *h5path, const char *parent, 
     return 0;
 }
 
+/* A nullable group: values and a bool mask (1 = missing): integers (kind
+ * 0), booleans (1) or strings (2, anndata 0.11's nullable-string-array,
+ * with its na-value attribute). */
 static int nullable_group(reader *r, const char *h5path, const char *parent, const char *name,
-                          int boolean, zm_element **out)
+                          int kind, zm_element **out)
 {
     *out = NULL;
     zm_element *e = zm__element_new(ZM_ELEMENT_NULLABLE, parent, name);
@@ -225,13 +228,30 @@ static int nullable_group(reader *r, const char *h5path, const char *parent, con
                     zm_array_describe(e->mask)->shape[0] != zm_array_describe(e->values)->shape[0]))
         rc = zm_err_set(r->err, -EINVAL, "%s: a nullable array needs 1-d values and a bool mask of "
                         "the same length", h5path);
+    int strings = rc == 0 && zm_array_describe(e->values)->dtype.type_class == ZM_TYPE_STRING;
+    if (rc == 0 && strings != (kind == 2))
+        rc = zm_err_set(r->err, -EINVAL, "%s: a %s array's values must be %s", h5path,
+                        kind == 2 ? "nullable-string" : "nullable", kind == 2 ? "strings" : "numbers");
+    if (rc == 0 && kind == 2 &&
+        zm__h5_attribute_string(r->file, h5path, "na-value", &e->na_value) == 0 &&
+        strcmp(e->na_value, "NA") != 0 && strcmp(e->na_value, "NaN") != 0) {
+        /* anndata writes "NA" (pd.NA) or "NaN" (np.nan): another is no reader's. */
+        free(e->na_value);
+        e->na_value = NULL;
+        zm__source_skip(r->source, h5path, "its na-value attribute is neither NA nor NaN: served "
+                                           "without it (readers take NA)");
+    }
     if (rc != 0) {
         zm__element_free(e);
         return rc;
     }
-    e->nullable_boolean = boolean;
+    e->nullable_boolean = kind == 1;
+    e->nullable_string = kind == 2;
     zm__element_shape_from(e, e->values);
-    zm__element_set_encoding(e, boolean ? "nullable-boolean" : "nullable-integer", "0.1.0");
+    zm__element_set_encoding(e, kind == 1   ? "nullable-boolean"
+                                : kind == 2 ? "nullable-string-array"
+                                            : "nullable-integer",
+                             "0.1.0");
     zm__element_set_stored_as(e, "%s group (values, mask)", e->encoding_type);
     *out = e;
     return 0;
@@ -485,6 +505,8 @@ static int read_any(reader *r, const char *h5path, const char *parent, const cha
             rc = nullable_group(r, h5path, parent, name, 0, out);
         else if (encoding && strcmp(encoding, "nullable-boolean") == 0)
             rc = nullable_group(r, h5path, parent, name, 1, out);
+        else if (encoding && strcmp(encoding, "nullable-string-array") == 0)
+            rc = nullable_group(r, h5path, parent, name, 2, out);
         else if (!encoding || strcmp(encoding, "dict") == 0 || strcmp(encoding, "raw") == 0 ||
                  strcmp(encoding, "anndata") == 0)
             rc = dict_group(r, h5path, parent, name, out);

@@ -40,6 +40,7 @@ void zm__element_free(zm_element *e)
     zm__element_free(e->categories);
     zm__element_free(e->index);
     free(e->index_name);
+    free(e->na_value);
     free(e->stored_as);
     free(e->name);
     free(e->path);

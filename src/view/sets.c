@@ -711,6 +711,10 @@ int zm_view_where_check(zm_source *source, const char *key, zm_err *err)
         return zm_err_set(err, -ENOENT, "obs/%s is not one value a cell: %s", key, where_advice);
     case ZM__COLUMN_NUMBERS:
         return zm_err_set(err, -ENOENT, "obs/%s holds numbers: %s", key, where_advice);
+    case ZM__COLUMN_NULLABLE_STRINGS:
+        return zm_err_set(err, -ENOENT, "obs/%s holds strings some cells lack "
+                          "(nullable-string-array), which where/ does not filter by yet: %s",
+                          key, where_advice);
     case ZM__COLUMN_NOT_VALUES:
         break;
     }

@@ -376,8 +376,11 @@ static int element_node(struct builder *b, const zm_element *e, const char *name
                                 e->categories->kind == ZM_ELEMENT_STRING_ARRAY ? "string-array" : "array",
                                 &second);
         } else {
-            group->attrs = encoding(e->nullable_boolean ? "nullable-boolean" : "nullable-integer", "0.1.0");
-            rc = array_node(b, "values", e, e->values, per_cell, "array", &first);
+            group->attrs = encoding(e->encoding_type, "0.1.0");
+            if (e->nullable_string && e->na_value)
+                json_object_set_new(group->attrs, "na-value", json_string(e->na_value));
+            rc = array_node(b, "values", e, e->values, per_cell,
+                            e->nullable_string ? "string-array" : "array", &first);
             if (rc == 0)
                 rc = array_node(b, "mask", e, e->mask, per_cell, "array", &second);
         }

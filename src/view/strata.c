@@ -43,7 +43,9 @@ zm__column_use zm__column_use_of(const zm_element *e)
                    ? ZM__COLUMN_BOOLEAN
                    : ZM__COLUMN_NUMBERS;
     case ZM_ELEMENT_NULLABLE:
-        return e->nullable_boolean ? ZM__COLUMN_BOOLEAN : ZM__COLUMN_NUMBERS;
+        return e->nullable_boolean ? ZM__COLUMN_BOOLEAN
+               : e->nullable_string ? ZM__COLUMN_NULLABLE_STRINGS
+                                    : ZM__COLUMN_NUMBERS;
     default:
         return ZM__COLUMN_NOT_VALUES;
     }
@@ -62,6 +64,9 @@ static const char *cannot_stratify(const zm_element *e)
     case ZM__COLUMN_NUMBERS:
         return "holds numbers (a stratum per value is no stratification: stratify by a "
                "categorical, string or boolean column)";
+    case ZM__COLUMN_NULLABLE_STRINGS:
+        return "holds strings some cells lack (nullable-string-array), which stratified/ does "
+               "not split by yet: stratify by a categorical, string or boolean column";
     case ZM__COLUMN_NOT_VALUES:
         break;
     }

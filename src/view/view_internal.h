@@ -91,6 +91,7 @@ typedef enum zm__column_use {
     ZM__COLUMN_NOT_ONE_VALUE, /* not one value a cell (rank 2, ...) */
     ZM__COLUMN_NUMBERS,       /* numbers: each value its own category */
     ZM__COLUMN_NOT_VALUES,    /* not a column of values (a dataframe, sparse, ...) */
+    ZM__COLUMN_NULLABLE_STRINGS, /* strings some cells lack (nullable-string-array) */
 } zm__column_use;
 zm__column_use zm__column_use_of(const zm_element *column);
 /* obs/<key>, or NULL with -ENOENT in err ("obs has no column KEY"). */
