@@ -395,6 +395,9 @@ const char *zm__source_skip_reason(const zm_source *source, const char *path);
 /* Makes reads of array check every value is in [min, limit). */
 int zm__array_check_values(zm_array *array, int64_t min, int64_t limit, const char *what);
 
+/* A sparse matrix's parts: types, lengths, and its indices checked on
+ * every read (validate.c; zm__validate applies it to every one). */
+int zm__validate_sparse(zm_element *e, zm_err *err);
 /* Checks the model's parts agree (shapes, indptr, indices, codes). */
 int zm__validate(zm_source *source, zm_err *err);
 /* Reads and verifies Cellucid's priority record (priority.c): 0 whether or

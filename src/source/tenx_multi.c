@@ -48,16 +48,24 @@ static int window_make(zm_source *source, struct zm_window *w, zm_err *err)
 {
     size_t stride = w->count + 1;
     int64_t *indptr = NULL;
+    /* The matrix's parts are checked here: the global annotations hold no
+     * X for the source's checks (validate.c) to see. */
+    const zm_array_info *pointers = zm_array_describe(w->indptr);
+    if (pointers->rank != 1 || pointers->shape[0] != w->rows + 1)
+        return zm_err_set(err, -EIO, "%s: %" PRIu64 " pointers for %" PRIu64 " barcodes (expected "
+                          "one more than the barcodes)", pointers->file_path,
+                          pointers->rank == 1 ? pointers->shape[0] : 0, w->rows);
     int rc = zm__read_whole(source, (zm_array *)w->indptr, 0, (void **)&indptr, err);
     if (rc != 0)
         return rc;
     const zm_array_info *info = zm_array_describe(w->indices);
     uint64_t nnz = info->shape[0];
-    if (indptr[0] != 0 || (uint64_t)indptr[w->rows] != nnz) {
+    if (indptr[0] != 0 || indptr[w->rows] < 0 || (uint64_t)indptr[w->rows] != nnz) {
+        rc = zm_err_set(err, -EIO, "%s: indptr runs from %" PRId64 " to %" PRId64 ", not 0 to "
+                        "the %" PRIu64 " stored values", pointers->file_path, indptr[0],
+                        indptr[w->rows], nnz);
         free(indptr);
-        return zm_err_set(err, -EIO, "%s: indptr runs from %" PRId64 " to %" PRId64 ", not 0 to "
-                          "the %" PRIu64 " stored values", zm_array_describe(w->indptr)->file_path,
-                          indptr[0], indptr[w->rows], nnz);
+        return rc;
     }
     w->at = malloc((w->rows ? w->rows : 1) * stride * sizeof *w->at);
     uint8_t *piece = malloc(WINDOW_PIECE * info->dtype.size);
@@ -396,8 +404,14 @@ int zm__10x_feature_modalities(zm_source *source, zm_err *err)
     if (x == NULL || obs == NULL || var == NULL || types_column == NULL ||
         zm_array_describe(types_column->values)->dtype.type_class != ZM_TYPE_STRING)
         return 0;
+    /* The whole matrix's parts, as validate.c checks an X: the global
+     * annotations will hold none for it to see. Its indices stay checked
+     * against every feature on every read. */
+    int rc = zm__validate_sparse(x, err);
+    if (rc != 0)
+        return rc;
     zm_strings types;
-    int rc = zm_array_read_strings(source, types_column->values, NULL, 0, &types, err);
+    rc = zm_array_read_strings(source, types_column->values, NULL, 0, &types, err);
     if (rc != 0)
         return rc;
     uint64_t *edges = NULL;

@@ -40,7 +40,7 @@ static const char *axis_name(zm_axis axis)
     return axis == ZM_AXIS_OBS ? "cells" : axis == ZM_AXIS_VAR ? "genes" : "raw genes";
 }
 
-static int check_sparse(zm_element *e, zm_err *err)
+int zm__validate_sparse(zm_element *e, zm_err *err)
 {
     const zm_array_info *data = zm_array_describe(e->values);
     const zm_array_info *indices = zm_array_describe(e->indices);
@@ -97,7 +97,7 @@ static int check(zm_source *source, zm_element *e, uint64_t raw_vars, zm_err *er
     int rc = 0;
     switch (e->kind) {
     case ZM_ELEMENT_SPARSE:
-        rc = check_sparse(e, err);
+        rc = zm__validate_sparse(e, err);
         break;
     case ZM_ELEMENT_CATEGORICAL: {
         /* Whichever encoding made it (a group, anndata 0.7's referenced
