@@ -775,6 +775,13 @@ int zm__10x_genome_modalities(zm_source *source, const char (*groups)[ZM__PATH_B
         zm_strings_free(&of.s);
         return rc;
     }
+    if (rc != 0 || root->child_count < 2) { /* the root is the source's: freed with it */
+        zm_strings_free(&cells.s);
+        zm_strings_free(&names.s);
+        zm_strings_free(&ids.s);
+        zm_strings_free(&of.s);
+        return rc ? rc : zm_err_set(err, -ENOMEM, "out of memory");
+    }
     obs = root->children[0];
     var = root->children[1];
     zm_element *e = NULL;
