@@ -355,13 +355,7 @@ def check_modality(src, case, m, store):
     got = parts_of(read_modality(store))
     want = src.mods[m]
     obs = got["obs"]
-    if POSITION not in obs.columns:
-        raise Differ(f"/mod/{m}/obs: no {POSITION} column")
-    if obs[POSITION].dtype != np.uint32:
-        raise Differ(f"/mod/{m}/obs/{POSITION}: dtype {obs[POSITION].dtype}, not uint32")
-    why = first_difference(obs[POSITION].to_numpy(), rows)
-    if why:
-        raise Differ(f"/mod/{m}/obs/{POSITION}: {why}")
+    views.check_positions(obs, rows, f"/mod/{m}/obs")
     if got["X"] is None or got["X"].shape != (len(rows), want["X"].shape[1]):
         raise Differ(f"/mod/{m}/X: shape {None if got['X'] is None else got['X'].shape}, "
                      f"not {(len(rows), want['X'].shape[1])}")

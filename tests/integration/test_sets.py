@@ -302,13 +302,7 @@ def subset_record(got, want, where):
 def check_store(src, case, view, order, store_path, compare_to=None):
     """The store holds order's cells (positions, X rows, obs) and records the view and the set."""
     record, obs, X = read_store(store_path)
-    if POSITION not in obs.columns:
-        raise Differ(f"/obs: no {POSITION} column")
-    if obs[POSITION].dtype != np.uint32:
-        raise Differ(f"/obs/{POSITION}: dtype {obs[POSITION].dtype}, not uint32")
-    why = first_difference(obs[POSITION].to_numpy(), order)
-    if why:
-        raise Differ(f"/obs/{POSITION}: {why}")
+    views.check_positions(obs, order, "/obs")
     rows = src.row_of[np.asarray(order, dtype=np.int64)]
     views.same(X, src.X[rows], "/X")
     want = src.obs.iloc[rows]

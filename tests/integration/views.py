@@ -397,3 +397,16 @@ def first_difference(got, want):
     where = np.flatnonzero(got != want)
     return (f"{len(where)} of {len(want)} differ, first at row {where[0]}: {got[where[0]]} instead of "
             f"{want[where[0]]} (got {got[:8].tolist()}..., want {want[:8].tolist()}...)" if len(where) else "")
+
+
+def check_positions(obs, want, where):
+    """A store's obs (a DataFrame) has cellucid_original_position, uint32, equal to want (the
+    rows or positions expected, in order): else a Differ saying where and how."""
+    column = "cellucid_original_position"
+    if column not in obs.columns:
+        raise Differ(f"{where}: no {column} column")
+    if obs[column].dtype != np.uint32:
+        raise Differ(f"{where}/{column}: dtype {obs[column].dtype}, not uint32")
+    why = first_difference(obs[column].to_numpy(), want)
+    if why:
+        raise Differ(f"{where}/{column}: {why}")
