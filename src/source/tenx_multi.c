@@ -168,6 +168,20 @@ static zm_element *child_named(const zm_element *e, const char *name)
     return NULL;
 }
 
+/* A new 1-d element of count rows, of like's kind and encoding. */
+static zm_element *rows_like(const zm_element *like, const char *parent_path, const char *name,
+                             uint64_t count)
+{
+    zm_element *e = zm__element_new(like->kind, parent_path, name);
+    if (e != NULL) {
+        e->encoding_type = like->encoding_type;
+        e->encoding_version = like->encoding_version;
+        e->rank = 1;
+        e->shape[0] = count;
+    }
+    return e;
+}
+
 /* A column of a dataframe (a 1-d array or string array) again, under
  * parent_path: the same values (shared array) with rows [first, first +
  * count) of the file's, held in memory when they are not all of them. */
@@ -177,13 +191,9 @@ static int column_rows(zm_source *source, const zm_element *column, const char *
 {
     *out = NULL;
     const zm_array_info *info = zm_array_describe(column->values);
-    zm_element *e = zm__element_new(column->kind, parent_path, name);
+    zm_element *e = rows_like(column, parent_path, name, count);
     if (e == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory");
-    e->encoding_type = column->encoding_type;
-    e->encoding_version = column->encoding_version;
-    e->rank = 1;
-    e->shape[0] = count;
     e->axes[0] = column->axes[0];
     int rc = 0;
     if (first == 0 && count == column->shape[0]) {
@@ -231,13 +241,9 @@ static int column_rows(zm_source *source, const zm_element *column, const char *
 static int dataframe_rows(zm_source *source, const zm_element *df, uint64_t first, uint64_t count,
                           zm_element **out, zm_err *err)
 {
-    zm_element *copy = zm__element_new(ZM_ELEMENT_DATAFRAME, "", df->name);
+    zm_element *copy = rows_like(df, "", df->name, count);
     if (copy == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory");
-    copy->encoding_type = df->encoding_type;
-    copy->encoding_version = df->encoding_version;
-    copy->rank = 1;
-    copy->shape[0] = count;
     copy->index_name = strdup(df->index_name ? df->index_name : "_index");
     zm__element_set_stored_as(copy, "%s", df->stored_as ? df->stored_as : "");
     int rc = copy->index_name ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
