@@ -399,6 +399,35 @@ static int feature_runs(const zm_strings *types, uint64_t **edges, char ***names
     return 0;
 }
 
+/* The global annotations' obsmap/NAME and varmap/NAME, made from each
+ * modality's rows (zm_source_modality_rows) and its genes, which are the
+ * global genes' next run: one modality's after another, in order. */
+static int global_maps(zm_source *source, const char *obs_why, const char *var_why, zm_err *err)
+{
+    uint64_t n = source->n_obs, genes = source->n_vars;
+    zm_element *obsmap = dict(source->root, "obsmap", obs_why);
+    zm_element *varmap = dict(source->root, "varmap", var_why);
+    uint32_t *map = malloc(((n > genes ? n : genes) + 1) * sizeof *map);
+    int rc = obsmap && varmap && map ? 0 : zm_err_set(err, -ENOMEM, "out of memory");
+    uint64_t first = 0;
+    for (size_t i = 0; rc == 0 && i < source->modality_count; i++) {
+        const uint32_t *rows = source->modality_rows[i];
+        for (uint64_t g = 0; g < n; g++)
+            map[g] = rows[g] == ZM_SOURCE_ABSENT ? 0 : rows[g] + 1;
+        rc = uint32_element(source, obsmap, source->modality_names[i], map, n,
+                            "made by the reader: 1-based rows, 0 for none", err);
+        uint64_t width = source->modalities[i]->n_vars;
+        for (uint64_t f = 0; f < genes; f++)
+            map[f] = f >= first && f < first + width ? (uint32_t)(f - first + 1) : 0;
+        if (rc == 0)
+            rc = uint32_element(source, varmap, source->modality_names[i], map, genes,
+                                "made by the reader: the modality's genes, 1-based", err);
+        first += width;
+    }
+    free(map);
+    return rc;
+}
+
 int zm__10x_feature_modalities(zm_source *source, zm_err *err)
 {
     if (source->layout_anndata || source->format != ZM_FORMAT_10X_V3)
@@ -468,16 +497,6 @@ int zm__10x_feature_modalities(zm_source *source, zm_err *err)
     else
         rc = zm_err_set(err, -ENOMEM, "out of memory reading the feature types");
     uint64_t n = source->n_obs;
-    uint32_t *map = rc == 0 ? malloc((source->n_vars > n ? source->n_vars : n) * sizeof *map + 4)
-                            : NULL;
-    if (rc == 0 && map == NULL)
-        rc = zm_err_set(err, -ENOMEM, "out of memory");
-    zm_element *obsmap = rc == 0 ? dict(root, "obsmap", "made by the reader: every barcode is "
-                                        "a cell of every feature type") : NULL;
-    zm_element *varmap = rc == 0 ? dict(root, "varmap", "made by the reader: each feature's row "
-                                        "in its type's modality") : NULL;
-    if (rc == 0 && (obsmap == NULL || varmap == NULL))
-        rc = zm_err_set(err, -ENOMEM, "out of memory");
     for (size_t i = 0; rc == 0 && i < count; i++) {
         uint64_t first = w->edges[i], width = w->edges[i + 1] - first;
         zm_source *m = zm__modality_new(source);
@@ -537,18 +556,14 @@ int zm__10x_feature_modalities(zm_source *source, zm_err *err)
             rc = zm_err_set(err, -ENOMEM, "out of memory");
             break;
         }
-        for (uint64_t c = 0; c < n; c++) {
+        for (uint64_t c = 0; c < n; c++)
             source->modality_rows[i][c] = (uint32_t)c;
-            map[c] = (uint32_t)c + 1;
-        }
-        rc = uint32_element(source, obsmap, names[i], map, n, "made by the reader: 1 to n", err);
-        for (uint64_t f = 0; rc == 0 && f < source->n_vars; f++)
-            map[f] = f >= first && f < first + width ? (uint32_t)(f - first + 1) : 0;
-        if (rc == 0)
-            rc = uint32_element(source, varmap, names[i], map, source->n_vars,
-                                "made by the reader: the features of the type, 1-based", err);
     }
-    free(map);
+    /* The types' runs are the features in order: each modality's genes
+     * the next run, as global_maps takes them. */
+    if (rc == 0)
+        rc = global_maps(source, "made by the reader: every barcode is a cell of every feature type",
+                         "made by the reader: each feature's row in its type's modality", err);
     free(names);
     for (size_t i = 0; i < count; i++)
         free(types_of[i]);
@@ -814,31 +829,9 @@ int zm__10x_genome_modalities(zm_source *source, const char (*groups)[ZM__PATH_B
     zm_strings_free(&names.s);
     zm_strings_free(&ids.s);
     zm_strings_free(&of.s);
-    zm_element *obsmap = rc == 0 ? dict(root, "obsmap", "made by the reader: each barcode's row "
-                                        "in each genome, 0 where it has none") : NULL;
-    zm_element *varmap = rc == 0 ? dict(root, "varmap", "made by the reader: each gene's row in "
-                                        "its genome") : NULL;
-    if (rc == 0 && (obsmap == NULL || varmap == NULL))
-        rc = zm_err_set(err, -ENOMEM, "out of memory");
-    uint32_t *map = rc == 0 ? malloc(((n > genes ? n : genes) + 1) * sizeof *map) : NULL;
-    if (rc == 0 && map == NULL)
-        rc = zm_err_set(err, -ENOMEM, "out of memory");
-    uint64_t first = 0;
-    for (size_t i = 0; rc == 0 && i < count; i++) {
-        const uint32_t *rows = source->modality_rows[i];
-        for (uint64_t g = 0; g < n; g++)
-            map[g] = rows[g] == ZM_SOURCE_ABSENT ? 0 : rows[g] + 1;
-        rc = uint32_element(source, obsmap, source->modality_names[i], map, n,
-                            "made by the reader: 1-based rows, 0 for none", err);
-        uint64_t width = source->modalities[i]->n_vars;
-        for (uint64_t f = 0; f < genes; f++)
-            map[f] = f >= first && f < first + width ? (uint32_t)(f - first + 1) : 0;
-        if (rc == 0)
-            rc = uint32_element(source, varmap, source->modality_names[i], map, genes,
-                                "made by the reader: the genome's genes, 1-based", err);
-        first += width;
-    }
-    free(map);
+    if (rc == 0)
+        rc = global_maps(source, "made by the reader: each barcode's row in each genome, 0 where "
+                         "it has none", "made by the reader: each gene's row in its genome", err);
     if (rc == 0)
         zm__set_root_axes(root);
     return rc;
