@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "source/formats.h"
+#include "source/container.h"
 #include "source/source_internal.h"
 
 
@@ -587,4 +588,119 @@ static int check_stored(zm_source *source, const zm_array *array, hid_t dataset,
                       whole ? " (an axis's index must be stored whole)"
                             : " (unwritten chunks may hold at most 64 MiB, or 1024 times the "
                               "chunks written)");
+}
+
+/* ---- The container an AnnData reader walks (container.h) ------------------------ */
+
+static hid_t container_file(const zm__container *c)
+{
+    return *(const hid_t *)c->state;
+}
+
+static int h5_node_type(const zm__container *c, const char *path)
+{
+    int type = zm__h5_object_type(container_file(c), path);
+    if (type == H5O_TYPE_GROUP)
+        return ZM__NODE_GROUP;
+    if (type == H5O_TYPE_DATASET)
+        return ZM__NODE_ARRAY;
+    /* A named type, or a link that exists but is never followed. */
+    return type >= 0 || zm__h5_exists(container_file(c), path) ? ZM__NODE_OTHER : ZM__NODE_NONE;
+}
+
+static int h5_identify(const zm__container *c, const char *path, int *type, zm__h5_object_id *id)
+{
+    return zm__h5_identify(container_file(c), path, type, id);
+}
+
+static int h5_has_attribute(const zm__container *c, const char *path, const char *name)
+{
+    return zm__h5_has_attribute(container_file(c), path, name);
+}
+
+static int h5_attribute_string(const zm__container *c, const char *path, const char *name,
+                               char **out)
+{
+    return zm__h5_attribute_string(container_file(c), path, name, out);
+}
+
+static int h5_attribute_integers(const zm__container *c, const char *path, const char *name,
+                                 int64_t **values, size_t *count)
+{
+    return zm__h5_attribute_integers(container_file(c), path, name, values, count);
+}
+
+static int h5_attribute_strings(const zm__container *c, const char *path, const char *name,
+                                zm_strings *out)
+{
+    return zm__h5_attribute_strings(container_file(c), path, name, out);
+}
+
+static int h5_attribute_bool(const zm__container *c, const char *path, const char *name, int *value)
+{
+    return zm__h5_attribute_bool(container_file(c), path, name, value);
+}
+
+static int h5_attribute_reference(const zm__container *c, const char *path, const char *name,
+                                  char **target)
+{
+    return zm__h5_attribute_reference(container_file(c), path, name, target);
+}
+
+static int h5_list(const zm__container *c, const char *path, zm_strings *names)
+{
+    return zm__h5_list(container_file(c), path, names);
+}
+
+static int h5_values(const zm__container *c, const char *path)
+{
+    hid_t d = H5Dopen2(container_file(c), path, H5P_DEFAULT);
+    hid_t t = d >= 0 ? H5Dget_type(d) : H5I_INVALID_HID;
+    H5T_class_t class = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+    if (t >= 0)
+        H5Tclose(t);
+    if (d >= 0)
+        H5Dclose(d);
+    return class == H5T_COMPOUND    ? ZM__VALUES_RECORDS
+           : class == H5T_REFERENCE ? ZM__VALUES_REFERENCE
+                                    : ZM__VALUES_PLAIN;
+}
+
+static int h5_fields(const zm__container *c, const char *path, zm_strings *names)
+{
+    return zm__h5_compound_members(container_file(c), path, names);
+}
+
+static int h5_outside(const zm__container *c, const char *path, char *why, size_t size)
+{
+    return zm__h5_outside(container_file(c), path, why, size);
+}
+
+static int h5_array_open(zm_source *source, const zm__container *c, const char *path,
+                         const char *field, zm_array **out, zm_err *err)
+{
+    return zm__array_open(source, container_file(c), path, field, 0, out, err);
+}
+
+static const zm__container_ops h5_container_ops = {
+    .node_type = h5_node_type,
+    .identify = h5_identify,
+    .has_attribute = h5_has_attribute,
+    .attribute_string = h5_attribute_string,
+    .attribute_integers = h5_attribute_integers,
+    .attribute_strings = h5_attribute_strings,
+    .attribute_bool = h5_attribute_bool,
+    .attribute_reference = h5_attribute_reference,
+    .list = h5_list,
+    .values = h5_values,
+    .fields = h5_fields,
+    .outside = h5_outside,
+    .array_open = h5_array_open,
+    .what = "HDF5 file",
+};
+
+void zm__h5_container(zm_source *source, zm__container *out)
+{
+    out->ops = &h5_container_ops;
+    out->state = &source->file;
 }

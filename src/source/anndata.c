@@ -1,4 +1,6 @@
-/* AnnData .h5ad: every encoding anndata has written, read into the model.
+/* AnnData: every encoding anndata has written, in an HDF5 file (.h5ad,
+ * MuData's modalities) or a Zarr store, read into the model through the
+ * container's calls (container.h).
  *
  *  - anndata ≥ 0.8: encoding-type / encoding-version attributes everywhere.
  *  - anndata 0.7: dataframes as groups (encoding-type dataframe 0.1.0), a
@@ -8,18 +10,22 @@
  *    uns/<column>_categories, sparse matrices as groups with h5sparse_format
  *    and h5sparse_shape, raw as raw.X / raw.var / raw.varm, obsm and varm as
  *    compound datasets with one array member per key.
- * All HDF5 calls here run with the HDF5 lock held (the whole read is). */
+ * Zarr stores hold the same encodings from 0.7 on (anndata's zarr writer
+ * came with 0.7), and the legacy structured arrays of older ones. The whole
+ * read runs with the HDF5 lock held: an HDF5 container's calls need it, a
+ * Zarr store's do not mind it. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "source/container.h"
 #include "source/formats.h"
 #include "source/source_internal.h"
 
 typedef struct reader {
     zm_source *source;
-    hid_t file;
+    const zm__container *c;
     zm_err *err;
     const char *base; /* the AnnData's group: "" (the file's root) or "/mod/NAME" */
     /* Every group read, by its identity in the file, with the path it was
@@ -42,7 +48,7 @@ static int first_visit(reader *r, const char *h5path)
 {
     int type;
     zm__h5_object_id id;
-    if (zm__h5_identify(r->file, h5path, &type, &id) != 0)
+    if (r->c->ops->identify(r->c, h5path, &type, &id) != 0)
         return 1; /* what it is not is said where it is read */
     const char *first = NULL;
     int rc = zm__set_add(&r->groups, id.bytes, sizeof id.bytes, h5path, &first);
@@ -67,7 +73,7 @@ static int dataset_element(reader *r, const char *h5path, const char *field, con
 {
     *out = NULL;
     zm_array *array;
-    int rc = zm__array_open(r->source, r->file, h5path, field, 0, &array, r->err);
+    int rc = r->c->ops->array_open(r->source, r->c, h5path, field, &array, r->err);
     if (rc != 0)
         return rc;
     const zm_array_info *info = zm_array_describe(array);
@@ -98,7 +104,7 @@ static int sparse_element(reader *r, const char *h5path, const char *parent, con
     *out = NULL;
     int64_t *shape = NULL;
     size_t shape_count = 0;
-    if (zm__h5_attribute_integers(r->file, h5path, shape_attribute, &shape, &shape_count) != 0 ||
+    if (r->c->ops->attribute_integers(r->c, h5path, shape_attribute, &shape, &shape_count) != 0 ||
         shape_count != 2 || shape[0] < 0 || shape[1] < 0) {
         free(shape);
         return zm_err_set(r->err, -EINVAL, "%s: a sparse matrix without a valid \"%s\" attribute",
@@ -120,11 +126,11 @@ static int sparse_element(reader *r, const char *h5path, const char *parent, con
     for (int i = 0; i < 3; i++) {
         char path[ZM__PATH_BUFFER];
         snprintf(path, sizeof path, "%s/%s", h5path, parts[i]);
-        if (zm__h5_object_type(r->file, path) != H5O_TYPE_DATASET) {
+        if (r->c->ops->node_type(r->c, path) != ZM__NODE_ARRAY) {
             zm__element_free(e);
             return zm_err_set(r->err, -EINVAL, "%s: a sparse matrix without %s", h5path, parts[i]);
         }
-        int rc = zm__array_open(r->source, r->file, path, NULL, 0, targets[i], r->err);
+        int rc = r->c->ops->array_open(r->source, r->c, path, NULL, targets[i], r->err);
         if (rc != 0) {
             zm__element_free(e);
             return rc;
@@ -187,7 +193,7 @@ static int categorical_group(reader *r, const char *h5path, const char *parent, 
     if (rc == 0)
         rc = dataset_element(r, categories_path, NULL, parent, "categories", &categories);
     int ordered = 0;
-    zm__h5_attribute_bool(r->file, h5path, "ordered", &ordered);
+    r->c->ops->attribute_bool(r->c, h5path, "ordered", &ordered);
     if (rc == 0 && (codes->kind != ZM_ELEMENT_ARRAY || codes->rank != 1 ||
                     (zm_array_describe(codes->values)->dtype.type_class != ZM_TYPE_INT &&
                      zm_array_describe(codes->values)->dtype.type_class != ZM_TYPE_UINT)))
@@ -218,10 +224,10 @@ static int nullable_group(reader *r, const char *h5path, const char *parent, con
         return fail_oom(r, h5path);
     char path[ZM__PATH_BUFFER];
     snprintf(path, sizeof path, "%s/values", h5path);
-    int rc = zm__array_open(r->source, r->file, path, NULL, 0, &e->values, r->err);
+    int rc = r->c->ops->array_open(r->source, r->c, path, NULL, &e->values, r->err);
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/mask", h5path);
-        rc = zm__array_open(r->source, r->file, path, NULL, 0, &e->mask, r->err);
+        rc = r->c->ops->array_open(r->source, r->c, path, NULL, &e->mask, r->err);
     }
     if (rc == 0 && (zm_array_describe(e->values)->rank != 1 || zm_array_describe(e->mask)->rank != 1 ||
                     zm_array_describe(e->mask)->dtype.type_class != ZM_TYPE_BOOL ||
@@ -233,7 +239,7 @@ static int nullable_group(reader *r, const char *h5path, const char *parent, con
         rc = zm_err_set(r->err, -EINVAL, "%s: a %s array's values must be %s", h5path,
                         kind == 2 ? "nullable-string" : "nullable", kind == 2 ? "strings" : "numbers");
     if (rc == 0 && kind == 2 &&
-        zm__h5_attribute_string(r->file, h5path, "na-value", &e->na_value) == 0 &&
+        r->c->ops->attribute_string(r->c, h5path, "na-value", &e->na_value) == 0 &&
         strcmp(e->na_value, "NA") != 0 && strcmp(e->na_value, "NaN") != 0) {
         /* anndata writes "NA" (pd.NA) or "NaN" (np.nan): another is no reader's. */
         free(e->na_value);
@@ -261,18 +267,18 @@ static int nullable_group(reader *r, const char *h5path, const char *parent, con
  * categories dataset. Turns the column into a categorical if so. */
 static int maybe_referenced_categories(reader *r, const char *h5path, zm_element **column)
 {
-    if (!zm__h5_has_attribute(r->file, h5path, "categories"))
+    if (!r->c->ops->has_attribute(r->c, h5path, "categories"))
         return 0;
     char *target = NULL;
-    if (zm__h5_attribute_reference(r->file, h5path, "categories", &target) != 0)
+    if (r->c->ops->attribute_reference(r->c, h5path, "categories", &target) != 0)
         return zm_err_set(r->err, -EINVAL, "%s: its \"categories\" attribute is not a reference",
                           h5path);
     zm_element *categories = NULL;
     int rc = dataset_element(r, target, NULL, "", "categories", &categories);
     /* anndata 0.7 keeps "ordered" on the categories dataset. */
     int ordered = 0;
-    if (zm__h5_attribute_bool(r->file, target, "ordered", &ordered) != 0)
-        zm__h5_attribute_bool(r->file, h5path, "ordered", &ordered);
+    if (r->c->ops->attribute_bool(r->c, target, "ordered", &ordered) != 0)
+        r->c->ops->attribute_bool(r->c, h5path, "ordered", &ordered);
     free(target);
     if (rc != 0)
         return rc;
@@ -295,7 +301,7 @@ static int dataframe_group(reader *r, const char *h5path, const char *parent, co
     zm__element_set_encoding(df, "dataframe", "0.2.0");
     char *index_name = NULL;
     int rc = 0;
-    if (zm__h5_attribute_string(r->file, h5path, "_index", &index_name) != 0) {
+    if (r->c->ops->attribute_string(r->c, h5path, "_index", &index_name) != 0) {
         zm__element_free(df);
         return zm_err_set(r->err, -EINVAL, "%s: a dataframe without an \"_index\" attribute", h5path);
     }
@@ -312,14 +318,14 @@ static int dataframe_group(reader *r, const char *h5path, const char *parent, co
                           h5path, shown);
     }
     snprintf(path, sizeof path, "%s/%s", h5path, index_name);
-    if (zm__h5_object_type(r->file, path) != H5O_TYPE_DATASET)
+    if (r->c->ops->node_type(r->c, path) != ZM__NODE_ARRAY)
         rc = zm_err_set(r->err, -EINVAL, "%s: its index %s is missing", h5path, index_name);
     if (rc == 0)
         rc = dataset_element(r, path, NULL, df->path, index_name, &df->index);
     if (rc == 0 && df->index->rank != 1)
         rc = zm_err_set(r->err, -EINVAL, "%s: its index must be 1-d", h5path);
     zm_strings columns = {0};
-    if (rc == 0 && zm__h5_attribute_strings(r->file, h5path, "column-order", &columns) != 0)
+    if (rc == 0 && r->c->ops->attribute_strings(r->c, h5path, "column-order", &columns) != 0)
         columns.count = 0;
     /* The names taken (a set: 100,000 columns are 100,000 look-ups, not
      * 5 * 10^9 comparisons). */
@@ -329,7 +335,7 @@ static int dataframe_group(reader *r, const char *h5path, const char *parent, co
         if (zm__child_at(r->source, h5path, &columns, i, column, path) != 0)
             continue;
         zm_element *c = NULL;
-        if (!zm__h5_exists(r->file, path)) {
+        if (!(r->c->ops->node_type(r->c, path) != ZM__NODE_NONE)) {
             rc = zm_err_set(r->err, -EINVAL, "%s: column %s is listed but missing", h5path, column);
             break;
         }
@@ -363,7 +369,7 @@ static int dataframe_group(reader *r, const char *h5path, const char *parent, co
     df->rank = 1;
     df->shape[0] = df->index->shape[0];
     char *version = NULL;
-    zm__h5_attribute_string(r->file, h5path, "encoding-version", &version);
+    r->c->ops->attribute_string(r->c, h5path, "encoding-version", &version);
     zm__element_set_stored_as(df, "dataframe group %s", version ? version : "");
     free(version);
     *out = df;
@@ -380,7 +386,7 @@ static int dict_group(reader *r, const char *h5path, const char *parent, const c
         return fail_oom(r, h5path);
     zm__element_set_encoding(dict, "dict", "0.1.0");
     zm_strings names;
-    int rc = zm__h5_list(r->file, h5path, &names);
+    int rc = r->c->ops->list(r->c, h5path, &names);
     if (rc != 0) {
         zm__element_free(dict);
         return zm_err_set(r->err, -EIO, "%s: cannot list the group", h5path);
@@ -411,7 +417,7 @@ static int records_dataset(reader *r, const char *h5path, const char *parent, co
 {
     *out = NULL;
     zm_strings members;
-    if (zm__h5_compound_members(r->file, h5path, &members) != 0)
+    if (r->c->ops->fields(r->c, h5path, &members) != 0)
         return zm_err_set(r->err, -EINVAL, "%s: cannot read its structure", h5path);
     zm_element *e = zm__element_new(ZM_ELEMENT_RECORDS, parent, name);
     int rc = e ? 0 : fail_oom(r, h5path);
@@ -465,7 +471,7 @@ static int read_any(reader *r, const char *h5path, const char *parent, const cha
                     zm_element **out)
 {
     *out = NULL;
-    int type = zm__h5_object_type(r->file, h5path);
+    int type = r->c->ops->node_type(r->c, h5path);
     /* Bounded whatever the file holds: no path beyond what a mount holds
      * (never cut short), no nesting beyond ZM_ELEMENT_DEPTH_MAX, each group
      * read once (a cycle, through soft or hard links, is a second link). */
@@ -477,19 +483,19 @@ static int read_any(reader *r, const char *h5path, const char *parent, const cha
         zm__source_skip(r->source, h5path, "nested more than 64 levels below the root");
         return 0;
     }
-    if (type == H5O_TYPE_GROUP) {
+    if (type == ZM__NODE_GROUP) {
         int first = first_visit(r, h5path);
         if (first <= 0)
             return first;
     }
     char *encoding = NULL;
-    zm__h5_attribute_string(r->file, h5path, "encoding-type", &encoding);
+    r->c->ops->attribute_string(r->c, h5path, "encoding-type", &encoding);
     int rc = 0;
-    if (type == H5O_TYPE_GROUP) {
+    if (type == ZM__NODE_GROUP) {
         char *sparse = NULL;
         if (encoding && (strcmp(encoding, "csr_matrix") == 0 || strcmp(encoding, "csc_matrix") == 0))
             rc = sparse_element(r, h5path, parent, name, encoding[2] == 'c', "shape", out);
-        else if (zm__h5_attribute_string(r->file, h5path, "h5sparse_format", &sparse) == 0) {
+        else if (r->c->ops->attribute_string(r->c, h5path, "h5sparse_format", &sparse) == 0) {
             int csc = strcmp(sparse, "csc") == 0;
             if (!csc && strcmp(sparse, "csr") != 0)
                 rc = zm_err_set(r->err, -EINVAL, "%s: h5sparse_format \"%s\" is neither csr nor csc",
@@ -517,23 +523,17 @@ static int read_any(reader *r, const char *h5path, const char *parent, const cha
         }
         if (rc == 0 && *out && (*out)->stored_as == NULL)
             zm__element_set_stored_as(*out, "group, encoding %s", encoding ? encoding : "none");
-    } else if (type == H5O_TYPE_DATASET) {
+    } else if (type == ZM__NODE_ARRAY) {
         /* Described as an array first: one open of the dataset, not two,
          * for all but the types the array reader does not take. */
         rc = dataset_element(r, h5path, NULL, parent, name, out);
         int records = 0;
         if (rc == -ENOTSUP) {
-            hid_t d = H5Dopen2(r->file, h5path, H5P_DEFAULT);
-            hid_t t = d >= 0 ? H5Dget_type(d) : H5I_INVALID_HID;
-            H5T_class_t class = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
-            if (t >= 0)
-                H5Tclose(t);
-            if (d >= 0)
-                H5Dclose(d);
-            records = class == H5T_COMPOUND;
+            int values = r->c->ops->values(r->c, h5path);
+            records = values == ZM__VALUES_RECORDS;
             if (!records)
                 zm__source_skip(r->source, h5path,
-                                class == H5T_REFERENCE
+                                values == ZM__VALUES_REFERENCE
                                     ? "an array of object references is not supported"
                                     : r->err->reason);
             zm_err_clear(r->err);
@@ -551,7 +551,7 @@ static int read_any(reader *r, const char *h5path, const char *parent, const cha
     } else {
         char why[ZM_REASON_MAX];
         zm__source_skip(r->source, h5path,
-                        zm__h5_outside(r->file, h5path, why, sizeof why)
+                        r->c->ops->outside(r->c, h5path, why, sizeof why)
                             ? why
                             : "neither a group nor a dataset");
     }
@@ -578,7 +578,7 @@ static int legacy_dataframe(reader *r, const char *h5path, const char *parent, c
 {
     *out = NULL;
     zm_strings members;
-    if (zm__h5_compound_members(r->file, h5path, &members) != 0)
+    if (r->c->ops->fields(r->c, h5path, &members) != 0)
         return zm_err_set(r->err, -EINVAL, "%s: a legacy dataframe must be a compound dataset", h5path);
     zm_element *df = zm__element_new(ZM_ELEMENT_DATAFRAME, parent, name);
     if (df == NULL) {
@@ -605,7 +605,7 @@ static int legacy_dataframe(reader *r, const char *h5path, const char *parent, c
         }
         char categories_path[ZM__PATH_BUFFER];
         snprintf(categories_path, sizeof categories_path, "%s/uns/%s_categories", r->base, member);
-        if (zm__h5_object_type(r->file, categories_path) == H5O_TYPE_DATASET &&
+        if (r->c->ops->node_type(r->c, categories_path) == ZM__NODE_ARRAY &&
             c->kind == ZM_ELEMENT_ARRAY) {
             zm_element *categories = NULL;
             rc = dataset_element(r, categories_path, NULL, "", "categories", &categories);
@@ -666,7 +666,7 @@ static int legacy_mapping(reader *r, const char *h5path, const char *parent, con
 {
     *out = NULL;
     zm_strings members;
-    if (zm__h5_compound_members(r->file, h5path, &members) != 0)
+    if (r->c->ops->fields(r->c, h5path, &members) != 0)
         return zm_err_set(r->err, -EINVAL, "%s: expected a compound dataset", h5path);
     zm_element *dict = zm__element_new(ZM_ELEMENT_DICT, parent, name);
     int rc = dict ? 0 : fail_oom(r, h5path);
@@ -699,14 +699,8 @@ static int legacy_mapping(reader *r, const char *h5path, const char *parent, con
 
 static int is_compound(reader *r, const char *h5path)
 {
-    if (zm__h5_object_type(r->file, h5path) != H5O_TYPE_DATASET)
-        return 0;
-    hid_t d = H5Dopen2(r->file, h5path, H5P_DEFAULT);
-    hid_t t = H5Dget_type(d);
-    int compound = H5Tget_class(t) == H5T_COMPOUND;
-    H5Tclose(t);
-    H5Dclose(d);
-    return compound;
+    return r->c->ops->node_type(r->c, h5path) == ZM__NODE_ARRAY &&
+           r->c->ops->values(r->c, h5path) == ZM__VALUES_RECORDS;
 }
 
 /* A top-level part: obs/var (dataframes), obsm/varm (dicts or legacy
@@ -715,9 +709,9 @@ static int read_part(reader *r, const char *h5path, const char *parent, const ch
                      int dataframe, int mapping, zm_strings *used_categories, zm_element **out)
 {
     *out = NULL;
-    if (!zm__h5_exists(r->file, h5path)) {
+    if (!(r->c->ops->node_type(r->c, h5path) != ZM__NODE_NONE)) {
         char why[ZM_REASON_MAX]; /* "/raw/X" behind an external link /raw */
-        if (zm__h5_outside(r->file, h5path, why, sizeof why))
+        if (r->c->ops->outside(r->c, h5path, why, sizeof why))
             zm__source_skip(r->source, h5path, why);
         return 0;
     }
@@ -821,7 +815,7 @@ static void skip_unknown(reader *r, int mudata)
 {
     const char *group = r->base[0] ? r->base : "/";
     zm_strings names;
-    if (zm__h5_list(r->file, group, &names) != 0)
+    if (r->c->ops->list(r->c, group, &names) != 0)
         return;
     for (size_t i = 0; i < names.count; i++) {
         char name[ZM_ELEMENT_NAME_MAX + 1], path[ZM__PATH_BUFFER];
@@ -848,7 +842,15 @@ int zm__read_h5ad(zm_source *source, zm_err *err)
 
 int zm__read_anndata(zm_source *source, const char *base, int mudata, zm_err *err)
 {
-    reader r = {source, source->file, err, base, {0}};
+    zm__container c;
+    zm__h5_container(source, &c);
+    return zm__read_anndata_in(source, &c, base, mudata, err);
+}
+
+int zm__read_anndata_in(zm_source *source, const zm__container *c, const char *base, int mudata,
+                        zm_err *err)
+{
+    reader r = {source, c, err, base, {0}};
     zm__hdf5_lock();
     int rc = 0;
     zm_strings used = {0};
@@ -860,7 +862,7 @@ int zm__read_anndata(zm_source *source, const char *base, int mudata, zm_err *er
     zm__element_set_encoding(root, "anndata", "0.1.0");
     char *version = NULL;
     const char *top = base[0] ? base : "/";
-    zm__h5_attribute_string(source->file, top, "encoding-version", &version);
+    c->ops->attribute_string(c, top, "encoding-version", &version);
     if (mudata)
         zm__element_set_stored_as(root, "MuData %s", version ? version : "without encoding attributes");
     else
@@ -907,16 +909,16 @@ int zm__read_anndata(zm_source *source, const char *base, int mudata, zm_err *er
     char raw_group[ZM__PATH_BUFFER], raw_x[ZM__PATH_BUFFER];
     snprintf(raw_group, sizeof raw_group, "%s/raw", base);
     snprintf(raw_x, sizeof raw_x, "%s/raw.X", base);
-    if (rc == 0 && zm__h5_object_type(source->file, raw_group) == H5O_TYPE_GROUP &&
+    if (rc == 0 && c->ops->node_type(c, raw_group) == ZM__NODE_GROUP &&
         (raw_first = first_visit(&r, raw_group)) < 0)
         rc = raw_first;
     if (rc == 0 && raw_first &&
-        (zm__h5_exists(source->file, raw_group) || zm__h5_exists(source->file, raw_x))) {
+        ((c->ops->node_type(c, raw_group) != ZM__NODE_NONE) || (c->ops->node_type(c, raw_x) != ZM__NODE_NONE))) {
         zm_element *raw = zm__element_new(ZM_ELEMENT_DICT, "", "raw");
         rc = raw ? 0 : fail_oom(&r, "raw");
         if (raw) {
             zm__element_set_encoding(raw, "raw", "0.1.0");
-            int legacy = !zm__h5_exists(source->file, raw_group);
+            int legacy = !(c->ops->node_type(c, raw_group) != ZM__NODE_NONE);
             zm__element_set_stored_as(raw, legacy ? "legacy raw.X, raw.var, raw.varm" : "group");
             static const char *const names[] = {"X", "var", "varm"};
             for (int i = 0; rc == 0 && i < 3; i++) {
