@@ -1,8 +1,9 @@
-/* zarrmount source: HDF5 single-cell files read into one element model.
+/* zarrmount source: single-cell files read into one element model.
  *
  * A source is an AnnData .h5ad (every anndata encoding, including the pre-0.7
- * ones real files still use), a loom file, or a 10x Genomics Cell Ranger .h5
- * (v2 and v3). Whatever the format, it is described as the tree anndata
+ * ones real files still use), a MuData .h5mu, a loom file, a 10x Genomics
+ * Cell Ranger .h5 (v2 and v3), or an AnnData Zarr store (v2 or v3, a
+ * directory or a zip). Whatever the format, it is described as the tree anndata
  * would present: X, layers, obs, var, obsm, varm, obsp, varp, raw, uns, with
  * cells along the first axis. Layers above this one never call HDF5.
  *
@@ -212,7 +213,13 @@ typedef enum zm_source_format {
     ZM_FORMAT_10X_V3,
     ZM_FORMAT_10X_V2,
     ZM_FORMAT_H5MU, /* MuData: modalities (zm_source_modality) beside global annotations */
+    ZM_FORMAT_ZARR, /* an AnnData Zarr store (zm_source_container says which kind) */
 } zm_source_format;
+
+/* What holds a source's bytes: "hdf5" (a file), "zarr-directory" or
+ * "zarr-zip"; and a Zarr store's format (2 or 3; 0 for HDF5). */
+const char *zm_source_container(const zm_source *source);
+int zm_source_zarr_format(const zm_source *source);
 
 typedef struct zm_source_options {
     unsigned threads;            /* decode threads; 0 = one per core */
@@ -227,9 +234,17 @@ typedef struct zm_source_options {
 typedef struct zm_source_identity {
     dev_t device;
     ino_t inode;
-    off_t size;
-    int64_t mtime_ns;
+    off_t size;       /* a directory store: the total of its files' sizes */
+    int64_t mtime_ns; /* a directory store: the newest of its files' */
+    /* A directory store: a hash of its manifest (every file's path, size
+     * and mtime), so that any file changing changes it; else 0. */
+    uint64_t digest;
 } zm_source_identity;
+
+/* Whether a Zarr store is still what it was opened as (an HDF5 file's
+ * identity is checked by its path's stat, which says it all): its
+ * directory, and the metadata documents read. -EIO with why. */
+int zm_source_check_store(const zm_source *source, zm_err *err);
 
 /* Opens path and builds its element model. Refuses, with one line naming
  * what was expected, files that are not HDF5, not one of the formats above,

@@ -224,6 +224,9 @@ int zm_inspect_main(int argc, char **argv, FILE *out)
                               zm_source_format_name(zm_source_get_format(source)), "nObs",
                               (json_int_t)zm_source_n_obs(source), "nVars",
                               (json_int_t)zm_source_n_vars(source));
+        json_object_set_new(o, "container", json_string(zm_source_container(source)));
+        if (zm_source_zarr_format(source) > 0)
+            json_object_set_new(o, "zarrFormat", json_integer(zm_source_zarr_format(source)));
         json_object_set_new(o, "elements", element_json(zm_source_root(source)));
         if (rc == 0)
             json_object_set_new(o, "defaultBlockSize",
@@ -254,9 +257,13 @@ int zm_inspect_main(int argc, char **argv, FILE *out)
         fputc('\n', out);
         json_decref(o);
     } else {
-        fprintf(out, "%s: %s, %" PRIu64 " cells × %" PRIu64 " genes\n", file,
-                zm_source_format_name(zm_source_get_format(source)), zm_source_n_obs(source),
-                zm_source_n_vars(source));
+        char container[48] = "";
+        if (zm_source_zarr_format(source) > 0)
+            snprintf(container, sizeof container, " (%s, Zarr v%d)", zm_source_container(source),
+                     zm_source_zarr_format(source));
+        fprintf(out, "%s: %s%s, %" PRIu64 " cells × %" PRIu64 " genes\n", file,
+                zm_source_format_name(zm_source_get_format(source)), container,
+                zm_source_n_obs(source), zm_source_n_vars(source));
         print_text(out, zm_source_root(source), 0);
         for (size_t i = 0; i < zm_source_modality_count(source); i++) {
             zm_source *m = zm_source_modality(source, i);

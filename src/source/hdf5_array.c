@@ -31,7 +31,7 @@ const char *zm_dtype_name(zm_dtype dtype)
 
 /* ---- Arrays ------------------------------------------------------------------- */
 
-static int register_array(zm_source *source, zm_array *array)
+int zm__array_register(zm_source *source, zm_array *array)
 {
     if (source->array_count == source->array_capacity) {
         size_t capacity = source->array_capacity ? 2 * source->array_capacity : 64;
@@ -45,7 +45,7 @@ static int register_array(zm_source *source, zm_array *array)
     return 0;
 }
 
-static zm_array *array_new(void)
+zm_array *zm__array_new(void)
 {
     zm_array *array = calloc(1, sizeof *array);
     if (array == NULL)
@@ -63,6 +63,7 @@ void zm__array_free(zm_array *array)
         return;
     if (array->stored_type >= 0)
         H5Tclose(array->stored_type);
+    zm__zarr_array_free(array->zarr);
     free(array->h5_path);
     free(array->filters);
     free(array->file_path);
@@ -201,7 +202,7 @@ int zm__array_open(zm_source *source, hid_t file, const char *dataset_path, cons
                    int presented_transposed, zm_array **out, zm_err *err)
 {
     *out = NULL;
-    zm_array *array = array_new();
+    zm_array *array = zm__array_new();
     if (array == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory describing %s", dataset_path);
     char label[1024];
@@ -428,7 +429,7 @@ done:
     if (dataset >= 0)
         H5Dclose(dataset);
     if (rc == 0)
-        rc = register_array(source, array);
+        rc = zm__array_register(source, array);
     if (rc != 0) {
         zm__array_free(array);
         if (err && err->code == 0)
@@ -444,7 +445,7 @@ int zm__array_memory(zm_source *source, const char *label, zm_dtype dtype, unsig
                      zm_array **out, zm_err *err)
 {
     *out = NULL;
-    zm_array *array = array_new();
+    zm_array *array = zm__array_new();
     if (array == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory for %s", label);
     array->file_path = strdup(label);
@@ -473,7 +474,7 @@ int zm__array_memory(zm_source *source, const char *label, zm_dtype dtype, unsig
         }
         memcpy(array->memory, values, bytes);
     }
-    int rc = register_array(source, array);
+    int rc = zm__array_register(source, array);
     if (rc != 0) {
         zm__array_free(array);
         return zm_err_set(err, rc, "out of memory for %s", label);

@@ -23,6 +23,8 @@ static int by_u64(const void *a, const void *b)
 static int resolve_chunks(zm_source *source, zm_array *array, const uint64_t *chunks, size_t count,
                           zm_err *err)
 {
+    if (array->zarr != NULL)
+        return 0; /* a store's chunks are found as they are read (zarr_array.c) */
     if (!array->index_allocated) {
         pthread_mutex_lock(&array->index_mutex);
         if (!array->index_allocated) {
@@ -133,6 +135,23 @@ struct chunk_load {
     uint64_t chunk;
 };
 
+/* A chunk just decoded: its values checked (check: all of it is used, or
+ * it is kept for later uses; otherwise the caller checks what it takes),
+ * and counted. */
+static int checked_and_counted(zm_source *source, zm_array *array, uint64_t chunk,
+                               const uint8_t *raw, int check, zm_err *err)
+{
+    if (check && zm__checked_at_decode(array)) {
+        uint64_t origin = chunk * array->chunk[0];
+        uint64_t valid = array->storage_shape[0] - origin;
+        int rc = zm__check_values(array, raw, valid < array->chunk[0] ? valid : array->chunk[0], err);
+        if (rc != 0)
+            return rc;
+    }
+    zm__count_chunk(source);
+    return 0;
+}
+
 /* Reads and decodes one chunk into raw (chunk_bytes of it), native order. */
 /* check: whether to check the values of the whole chunk (all of it is used,
  * or it is kept for later uses); otherwise the caller checks what it takes. */
@@ -140,9 +159,14 @@ static int decode_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint
                         int check, zm_err *err)
 {
     uint64_t raw_size = chunk_bytes(array);
+    int rc = 0;
+    if (array->zarr != NULL) {
+        if ((rc = zm__zarr_chunk(source, array, chunk, raw, raw_size, err)) != 0)
+            return rc;
+        return checked_and_counted(source, array, chunk, raw, check, err);
+    }
     uint64_t address = array->chunk_address[chunk];
     uint32_t stored = array->chunk_stored_size[chunk];
-    int rc = 0;
     if (address == ZM__CHUNK_ABSENT) {
         /* Never written: the fill value. */
         zm__fill_values(raw, raw_size / array->info.dtype.size, array);
@@ -178,15 +202,7 @@ static int decode_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint
      * asked of HDF5 in native order already. */
     if (array->info.big_endian && address != ZM__CHUNK_ABSENT)
         zm__swap_bytes(raw, raw_size / array->info.dtype.size, array->info.dtype.size);
-    if (check && zm__checked_at_decode(array)) {
-        uint64_t origin = chunk * array->chunk[0];
-        uint64_t valid = array->storage_shape[0] - origin;
-        rc = zm__check_values(array, raw, valid < array->chunk[0] ? valid : array->chunk[0], err);
-        if (rc != 0)
-            return rc;
-    }
-    zm__count_chunk(source);
-    return 0;
+    return checked_and_counted(source, array, chunk, raw, check, err);
 }
 
 static int load_chunk(void *context, uint8_t **bytes, size_t *size, zm_err *err)
@@ -314,6 +330,8 @@ static int read_stored(void *context, size_t offset, void *buffer, size_t size, 
 static int decode_prefix(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *raw,
                          uint64_t values, zm_err *err)
 {
+    if (array->zarr != NULL)
+        return 0; /* decoded whole (zarr_array.c) */
     uint64_t address = array->chunk_address[chunk];
     if (address == ZM__CHUNK_ABSENT || array->filter_count != 1 ||
         array->filters[0].id != ZM__FILTER_DEFLATE || array->chunk_filter_mask[chunk] != 0)

@@ -211,6 +211,8 @@ static int read_strings_raw(zm_source *source, zm_array *array, const uint64_t *
         free(every);
         return rc;
     }
+    if (array->zarr != NULL)
+        return zm__zarr_read_strings(source, array, rows, count, per_row, out, err);
     if (array->vlen_direct) {
         /* Rows ascending and inside the array: their ids are read as they are. */
         for (size_t i = 0; rows != NULL && i < count; i++)

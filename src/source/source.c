@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "source/source_internal.h"
+#include "source/zarr_array.h"
 #include "zarrmount/config.h"
 
 #define DEFAULT_CACHE_BYTES (256u << 20)
@@ -19,6 +20,7 @@ static const char *const format_names[] = {
     [ZM_FORMAT_10X_V3] = "10x-v3",
     [ZM_FORMAT_10X_V2] = "10x-v2",
     [ZM_FORMAT_H5MU] = "h5mu",
+    [ZM_FORMAT_ZARR] = "zarr",
 };
 
 const char *zm_source_format_name(zm_source_format format) { return format_names[format]; }
@@ -30,6 +32,49 @@ const zm_source_identity *zm_source_get_identity(const zm_source *source)
 uint64_t zm_source_n_obs(const zm_source *source) { return source->n_obs; }
 uint64_t zm_source_n_vars(const zm_source *source) { return source->n_vars; }
 const zm_element *zm_source_root(const zm_source *source) { return source->root; }
+
+const char *zm_source_container(const zm_source *source)
+{
+    source = zm__source_top((zm_source *)source);
+    if (source->store == NULL)
+        return "hdf5";
+    return zm__store_get_kind(source->store) == ZM__STORE_ZIP ? "zarr-zip" : "zarr-directory";
+}
+
+int zm_source_zarr_format(const zm_source *source)
+{
+    source = zm__source_top((zm_source *)source);
+    return source->ztree ? zm__ztree_format(source->ztree) : 0;
+}
+
+int zm_source_check_store(const zm_source *source, zm_err *err)
+{
+    return zm__zarr_check(zm__source_top((zm_source *)source), err);
+}
+
+/* Whether an open file is a zip (a Zarr ZipStore): its first bytes are a
+ * local file header, or (an empty zip) the end of its central directory. */
+static int is_zip(int fd)
+{
+    unsigned char head[4];
+    return pread(fd, head, 4, 0) == 4 && head[0] == 'P' && head[1] == 'K' &&
+           ((head[2] == 3 && head[3] == 4) || (head[2] == 5 && head[3] == 6));
+}
+
+/* The decode threads and the cache, as every source has them. */
+static int start_threads(zm_source *source, const zm_source_options *options, zm_err *err)
+{
+    /* Decode threads: the caller of each read plus threads − 1 workers;
+     * one thread decodes inline, with no pool at all. */
+    unsigned threads = options && options->threads ? options->threads : zm_config_cores();
+    size_t cache_bytes = options && options->chunk_cache_bytes ? options->chunk_cache_bytes
+                                                                : DEFAULT_CACHE_BYTES;
+    int rc;
+    if ((threads > 1 && (rc = zm__pool_create(threads - 1, &source->pool)) != 0) ||
+        (rc = zm_cache_create(cache_bytes, &source->cache)) != 0)
+        return zm_err_set(err, rc, "%s: cannot start the decode threads or cache", source->path);
+    return 0;
+}
 
 /* HDF5 as every open needs it (at each: it costs nothing, and a library
  * closed and started again in the process, H5close, is set up again). */
@@ -177,8 +222,35 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
         rc = zm_err_set(err, -errno, "%s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
+    if (S_ISDIR(st.st_mode) || (S_ISREG(st.st_mode) && is_zip(source->fd))) {
+        /* A Zarr store: a directory, or a zip. A directory is opened again
+         * as one (O_NONBLOCK means nothing for it). */
+        if (S_ISDIR(st.st_mode)) {
+            int dir = open(path, O_RDONLY | O_CLOEXEC | O_DIRECTORY | O_NOFOLLOW);
+            struct stat again;
+            if (dir < 0 || fstat(dir, &again) != 0 || again.st_dev != st.st_dev ||
+                again.st_ino != st.st_ino) {
+                if (dir >= 0)
+                    close(dir);
+                rc = zm_err_set(err, -EIO, "%s: the directory changed while it was opened", path);
+                goto fail;
+            }
+            close(source->fd);
+            source->fd = dir;
+        }
+        source->format = ZM_FORMAT_ZARR;
+        if ((rc = start_threads(source, options, err)) != 0 ||
+            (rc = zm__read_zarr(source, err)) != 0 || (rc = zm__validate(source, err)) != 0 ||
+            (rc = zm__priority_read(source, err)) != 0)
+            goto named;
+        *out = source;
+        return 0;
+    }
     if (!S_ISREG(st.st_mode)) {
-        rc = zm_err_set(err, -EINVAL, "%s: not a regular file", path);
+        rc = zm_err_set(err, -EINVAL,
+                        "%s: neither a regular file nor a directory (expected an HDF5 file or a "
+                        "Zarr store)",
+                        path);
         goto fail;
     }
     source->identity.device = st.st_dev;
@@ -239,16 +311,8 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
         goto fail;
     }
 
-    /* Decode threads: the caller of each read plus threads − 1 workers;
-     * one thread decodes inline, with no pool at all. */
-    unsigned threads = options && options->threads ? options->threads : zm_config_cores();
-    size_t cache_bytes = options && options->chunk_cache_bytes ? options->chunk_cache_bytes
-                                                                : DEFAULT_CACHE_BYTES;
-    if ((threads > 1 && (rc = zm__pool_create(threads - 1, &source->pool)) != 0) ||
-        (rc = zm_cache_create(cache_bytes, &source->cache)) != 0) {
-        rc = zm_err_set(err, rc, "%s: cannot start the decode threads or cache", path);
+    if ((rc = start_threads(source, options, err)) != 0)
         goto fail;
-    }
 
     switch (source->format) {
     case ZM_FORMAT_H5AD:
@@ -264,6 +328,8 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
     case ZM_FORMAT_H5MU:
         rc = zm__read_h5mu(source, err); /* the global model, then each modality's */
         break;
+    case ZM_FORMAT_ZARR:
+        break; /* read above, never detected in an HDF5 file */
     }
     if (rc == 0)
         rc = zm__validate(source, err);
@@ -271,6 +337,7 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
         rc = zm__mudata_map(source, err);
     if (rc == 0)
         rc = zm__priority_read(source, err);
+named:
     if (rc != 0) {
         /* Name the file in reasons that name only an element. */
         if (err && strncmp(err->reason, path, strlen(path)) != 0) {
@@ -304,6 +371,7 @@ void zm_source_close(zm_source *source)
     if (source->file >= 0)
         H5Fclose(source->file);
     zm__hdf5_unlock();
+    zm__zarr_close(source);
     free(source->arrays);
     for (size_t i = 0; i < source->skipped_count; i++)
         free(source->skipped_list[i]);
@@ -316,6 +384,8 @@ void zm_source_close(zm_source *source)
 
 ssize_t zm_source_read_raw(const zm_source *source, uint64_t offset, void *buffer, size_t size)
 {
+    if (source->store != NULL && zm__store_get_kind(source->store) == ZM__STORE_DIRECTORY)
+        return -EISDIR; /* a directory store has no bytes of its own: its digest names it */
     ssize_t got = pread(source->fd, buffer, size, (off_t)offset);
     return got < 0 ? -errno : got;
 }

@@ -100,6 +100,10 @@ struct zm_array {
     /* ZM_PATH_MEMORY: values made or held at open. */
     void *memory;                 /* numeric values, native */
     zm_strings memory_strings;    /* string values */
+
+    /* An array of a Zarr store (zarr_array.c), else NULL: its chunks are
+     * found and decoded there (the HDF5 fields above unused). */
+    struct zm__zarr_array *zarr;
 };
 
 struct zm_source {
@@ -138,6 +142,10 @@ struct zm_source {
     char *modality_version; /* the root's encoding-version attribute, or NULL */
     int layout_anndata; /* zm_source_options.layout_anndata */
     struct zm_window *window; /* tenx_multi.c: a 10x matrix's column windows */
+    /* A Zarr store (zarr_source.c): the store and its metadata (file is
+     * H5I_INVALID_HID; fd is the store's directory or zip file). */
+    struct zm__store *store;
+    struct zm__ztree *ztree;
 };
 
 /* The source whose counters, passes and skipped list a source's are: its
@@ -265,6 +273,24 @@ int zm__array_memory(zm_source *source, const char *label, zm_dtype dtype, unsig
                      const uint64_t *shape, const void *values, zm_strings *strings,
                      zm_array **out, zm_err *err);
 void zm__array_free(zm_array *array);
+/* A new array (its serial set, nothing else), and its registration with
+ * the source (which frees it when closed). */
+zm_array *zm__array_new(void);
+int zm__array_register(zm_source *source, zm_array *array);
+
+/* ---- Zarr stores' arrays (zarr_array.c) ---------------------------------------- */
+
+struct zm__zarr_array;
+void zm__zarr_array_free(struct zm__zarr_array *zarr);
+/* Reads and decodes chunk (numbered row-major over the array's grid) of a
+ * Zarr array into raw (raw_size bytes, native order): a chunk never
+ * written is the fill value, where the array has one. */
+int zm__zarr_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *raw,
+                   size_t raw_size, zm_err *err);
+/* The strings of the given rows (ascending; NULL: every row) of a Zarr
+ * string array, per_row values a row. */
+int zm__zarr_read_strings(zm_source *source, zm_array *array, const uint64_t *rows, size_t count,
+                          uint64_t per_row, zm_strings *out, zm_err *err);
 
 /* Whether path names an object of the file, or ends with an external or
  * user-defined link (which exists, but is never followed: opening through

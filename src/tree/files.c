@@ -616,9 +616,14 @@ int zm__open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err)
     char ordered[32] = "";
     if (priority->verified)
         snprintf(ordered, sizeof ordered, "|priority=%" PRIu32, priority->seed);
-    snprintf(t->disk_space, sizeof t->disk_space, "source|%lld|%lld|%llu|%016llx%s%s%s",
+    /* A directory store has no bytes of its own to hash: its manifest's
+     * digest names its version. */
+    char digest[40] = "";
+    if (id->digest != 0)
+        snprintf(digest, sizeof digest, "|manifest=%016llx", (unsigned long long)id->digest);
+    snprintf(t->disk_space, sizeof t->disk_space, "source|%lld|%lld|%llu|%016llx%s%s%s%s",
              (long long)id->size, (long long)id->mtime_ns, (unsigned long long)id->inode,
-             (unsigned long long)XXH3_64bits(head, got > 0 ? (size_t)got : 0),
+             (unsigned long long)XXH3_64bits(head, got > 0 ? (size_t)got : 0), digest,
              build[0] ? "|codecs=" : "", build, ordered);
     int rc = zm_disk_open(directory, options->cache_max ? options->cache_max : ZM_DEFAULT_DISK_CACHE_MAX,
                           &t->disk, &why);

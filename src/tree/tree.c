@@ -579,10 +579,19 @@ int zm__tree_check_source(zm_tree *t, zm_err *err)
         return zm_err_set(err, -EIO, "%s: the source is gone (%s): remount", t->source_path,
                           strerror(errno));
     int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    int directory = strcmp(zm_source_container(t->source), "zarr-directory") == 0;
+    /* A directory store's size and time are its files' (its manifest):
+     * its own stat says only that it is the same directory, and the store
+     * checks the rest (its metadata here, each chunk file as it is read). */
     if (st.st_dev != t->identity.device || st.st_ino != t->identity.inode ||
-        st.st_size != t->identity.size || mtime != t->identity.mtime_ns)
+        (!directory && (st.st_size != t->identity.size || mtime != t->identity.mtime_ns)))
         return zm_err_set(err, -EIO, "%s: the source changed since it was mounted: remount to serve "
                           "the new file", t->source_path);
+    zm_err why;
+    zm_err_clear(&why);
+    if (directory && zm_source_check_store(t->source, &why) != 0)
+        return zm_err_set(err, -EIO, "%s: the source changed since it was mounted (%s): remount to "
+                          "serve the new store", t->source_path, why.reason);
     return 0;
 }
 
@@ -665,6 +674,20 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
             char shown[4096];
             zm_text_utf8_copy(shown, sizeof shown, t->sets_dir);
             json_object_set_new(json_object_get(info, "options"), "sets", json_string(shown));
+        }
+        /* What holds the source's bytes, and a Zarr store's version and
+         * manifest digest (a directory store's identity). */
+        if (info != NULL) {
+            json_object_set_new(info, "container", json_string(zm_source_container(t->source)));
+            if (zm_source_zarr_format(t->source) > 0)
+                json_object_set_new(info, "zarrFormat",
+                                    json_integer(zm_source_zarr_format(t->source)));
+            if (t->identity.digest != 0) {
+                char digest[24];
+                snprintf(digest, sizeof digest, "%016llx", (unsigned long long)t->identity.digest);
+                json_object_set_new(json_object_get(info, "identity"), "manifest",
+                                    json_string(digest));
+            }
         }
         json_t *priority = zm_tree_priority_json(t->source);
         if (info != NULL && priority != NULL)
