@@ -229,6 +229,10 @@ typedef struct zm_source_identity {
     ino_t inode;
     off_t size;
     int64_t mtime_ns;
+    /* A Zarr directory store: a hash of its files' paths, sizes and mtimes
+     * (zm__store_identity), which the four above cannot stand for; 0 for a
+     * single file. */
+    uint64_t digest;
 } zm_source_identity;
 
 /* Opens path and builds its element model. Refuses, with one line naming
