@@ -306,7 +306,7 @@ static void expect_zip_store(json_t *entry)
     close_store(&o);
 }
 
-Test(zarr_store, generated_zips_read_as_zipfile_reads_them, .timeout = 120)
+Test(zarr_store, generated_zips_read_as_zipfile_reads_them)
 {
     generated g;
     generate(&g);
@@ -323,7 +323,7 @@ Test(zarr_store, generated_zips_read_as_zipfile_reads_them, .timeout = 120)
     finish(&g);
 }
 
-Test(zarr_store, shared_zips_read_as_zipfile_reads_them, .timeout = 300)
+Test(zarr_store, shared_zips_read_as_zipfile_reads_them)
 {
     if (shared_data() == NULL)
         cr_skip_test("ZM_SHARED_DATA (../shared/data) is not here: its zips are not read");
@@ -415,7 +415,7 @@ static void expect_directory_store(const char *root, json_t *keys, json_t *lists
     close_store(&o);
 }
 
-Test(zarr_store, shared_directory_stores_read_as_their_files, .timeout = 300)
+Test(zarr_store, shared_directory_stores_read_as_their_files)
 {
     if (shared_data() == NULL)
         cr_skip_test("ZM_SHARED_DATA (../shared/data) is not here: its directory stores are "
@@ -431,7 +431,7 @@ Test(zarr_store, shared_directory_stores_read_as_their_files, .timeout = 300)
     finish(&g);
 }
 
-Test(zarr_store, damaged_zips_refused_with_a_reason, .timeout = 120)
+Test(zarr_store, damaged_zips_refused_with_a_reason)
 {
     generated g;
     generate(&g);
@@ -489,7 +489,7 @@ Test(zarr_store, damaged_zips_refused_with_a_reason, .timeout = 120)
     finish(&g);
 }
 
-Test(zarr_store, reasons_of_named_damage, .timeout = 120)
+Test(zarr_store, reasons_of_named_damage)
 {
     generated g;
     generate(&g);
@@ -611,7 +611,7 @@ static void *read_concurrently(void *arg)
         }
         if (rc == 0)
             rc = zm__store_read(r->store, k->key, &stored, a, buffer, n, NULL, &err);
-        if (rc == 0 && memcmp(buffer, k->bytes + a, n) != 0)
+        if (rc == 0 && n > 0 && memcmp(buffer, k->bytes + a, n) != 0)
             rc = 1, snprintf(err.reason, sizeof err.reason, "wrong bytes");
         zm__stored_done(&stored);
         if (rc != 0 && r->failures++ == 0)
@@ -661,7 +661,7 @@ static void read_from_threads(json_t *entry)
     free(keys);
 }
 
-Test(zarr_store, concurrent_locate_and_read_give_the_right_bytes, .timeout = 300)
+Test(zarr_store, concurrent_locate_and_read_give_the_right_bytes)
 {
     generated g;
     generate(&g);
