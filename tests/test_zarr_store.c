@@ -144,8 +144,11 @@ static int errno_named(const char *name)
     static const struct {
         const char *name;
         int code;
-    } codes[] = {{"EINVAL", EINVAL}, {"EIO", EIO},       {"ENOTSUP", ENOTSUP},
-                 {"ENOENT", ENOENT}, {"EFBIG", EFBIG}};
+    } codes[] = {{"EINVAL", EINVAL},
+                 {"EIO", EIO},
+                 {"ENOTSUP", ENOTSUP},
+                 {"ENOENT", ENOENT},
+                 {"EFBIG", EFBIG}};
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
         if (strcmp(codes[i].name, name) == 0)
             return codes[i].code;
@@ -202,8 +205,7 @@ static void expect_value(zm__store *store, const char *what, const char *key,
     zm_err err = {0};
     int rc = zm__store_get(store, key, SIZE_MAX - 1, &bytes, &got_size, &bytes_read, &err);
     cr_assert_eq(rc, 0, "%s: get(%s): %d %s", what, key, rc, err.reason);
-    cr_expect_eq(got_size, size, "%s: get(%s): %zu bytes, expected %zu", what, key, got_size,
-                 size);
+    cr_expect_eq(got_size, size, "%s: get(%s): %zu bytes, expected %zu", what, key, got_size, size);
     cr_expect(got_size == size && memcmp(bytes, expected, size) == 0,
               "%s: get(%s): not zipfile's bytes", what, key);
     cr_expect_eq(bytes[got_size], 0, "%s: get(%s) is NUL-terminated", what, key);
@@ -285,8 +287,7 @@ static void expect_zip_store(json_t *entry)
         cr_expect_eq(stored.offset, (uint64_t)json_integer_value(offset),
                      "%s: %s: data at offset %llu, its local header says %lld", name, key,
                      (unsigned long long)stored.offset, (long long)json_integer_value(offset));
-        cr_expect_eq(stored.fd, o.fd, "%s: a member is read through the store's descriptor",
-                     name);
+        cr_expect_eq(stored.fd, o.fd, "%s: a member is read through the store's descriptor", name);
         cr_expect_eq(stored.deflated, 0);
         zm__stored_done(&stored);
     }
@@ -451,8 +452,8 @@ Test(zarr_store, damaged_zips_refused_with_a_reason)
                          json_string_value(open_error),
                          json_string_value(json_object_get(bad, "python")));
             cr_expect_eq(err.code, rc);
-            cr_expect(strstr(err.reason, path) != NULL, "%s: the reason names the file: %s",
-                      name, err.reason);
+            cr_expect(strstr(err.reason, path) != NULL, "%s: the reason names the file: %s", name,
+                      err.reason);
             if (rc == 0)
                 close_store(&o);
             continue;
@@ -645,8 +646,8 @@ static void read_from_threads(json_t *entry)
     reader readers[4];
     pthread_t threads[4];
     for (int t = 0; t < 4; t++) {
-        readers[t] = (reader){.store = o.store, .keys = keys, .key_count = count,
-                              .seed = 100u + (unsigned)t};
+        readers[t] = (reader){
+            .store = o.store, .keys = keys, .key_count = count, .seed = 100u + (unsigned)t};
         cr_assert_eq(pthread_create(&threads[t], NULL, read_concurrently, &readers[t]), 0);
     }
     for (int t = 0; t < 4; t++) {
@@ -748,17 +749,19 @@ static void make_sample(tempdir *t)
     snprintf(path, sizeof path, "%s/emptydir", t->store);
     cr_assert_eq(mkdir(path, 0755), 0);
     /* Distinct mtimes, the newest known. */
-    const char *keys[] = {".zgroup", ".zattrs", "obs/.zgroup", "obs/a/.zarray", "obs/a/0",
-                          "obs/a/1", "obs.b/x", "obs-c", "X/0.0", "deep/er/and/deeper/file"};
+    const char *keys[] = {
+        ".zgroup", ".zattrs", "obs/.zgroup", "obs/a/.zarray", "obs/a/0",
+        "obs/a/1", "obs.b/x", "obs-c",       "X/0.0",         "deep/er/and/deeper/file"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         set_mtime(t, keys[i], 1700000000 + (time_t)i);
 }
 
 static json_t *sample_keys(void)
 {
-    static const char *const keys[] = {".zattrs", ".zgroup", "X/0.0", "deep/er/and/deeper/file",
-                                       "obs-c", "obs.b/x", "obs/.zgroup", "obs/a/.zarray",
-                                       "obs/a/0", "obs/a/1", NULL};
+    static const char *const keys[] = {
+        ".zattrs", ".zgroup", "X/0.0",       "deep/er/and/deeper/file",
+        "obs-c",   "obs.b/x", "obs/.zgroup", "obs/a/.zarray",
+        "obs/a/0", "obs/a/1", NULL};
     return strings(keys);
 }
 
@@ -767,12 +770,12 @@ Test(zarr_store, directory_store_lists_reads_and_identifies_its_files)
     tempdir t;
     make_sample(&t);
     json_t *lists = json_object();
-    json_object_set_new(lists, "", strings((const char *const[]){".zattrs", ".zgroup", "X", "deep",
-                                                                 "obs", "obs-c", "obs.b", NULL}));
+    json_object_set_new(lists, "",
+                        strings((const char *const[]){".zattrs", ".zgroup", "X", "deep", "obs",
+                                                      "obs-c", "obs.b", NULL}));
     json_object_set_new(lists, "obs", strings((const char *const[]){".zgroup", "a", NULL}));
     json_object_set_new(lists, "obs/", strings((const char *const[]){".zgroup", "a", NULL}));
-    json_object_set_new(lists, "obs/a",
-                        strings((const char *const[]){".zarray", "0", "1", NULL}));
+    json_object_set_new(lists, "obs/a", strings((const char *const[]){".zarray", "0", "1", NULL}));
     json_object_set_new(lists, "deep/er/and", strings((const char *const[]){"deeper", NULL}));
     json_object_set_new(lists, "X", strings((const char *const[]){"0.0", NULL}));
     json_t *keys = sample_keys();
@@ -811,17 +814,27 @@ Test(zarr_store, keys_outside_the_store_are_absent)
     opened o;
     zm_err err = {0};
     cr_assert_eq(open_store(t.store, &o, &err), 0, "%s", err.reason);
-    const char *keys[] = {"../outside", "obs/../../outside", "obs/../.zattrs", "./.zattrs",
-                          "/etc/passwd", "obs//.zgroup", "obs/a/", "", "..", ".", "obs/./a/0",
-                          "/", "emptydir"};
+    const char *keys[] = {"../outside",
+                          "obs/../../outside",
+                          "obs/../.zattrs",
+                          "./.zattrs",
+                          "/etc/passwd",
+                          "obs//.zgroup",
+                          "obs/a/",
+                          "",
+                          "..",
+                          ".",
+                          "obs/./a/0",
+                          "/",
+                          "emptydir"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         zm__stored stored;
         int rc = zm__store_locate(o.store, keys[i], &stored, &err);
         cr_expect_eq(rc, -ENOENT, "locate(\"%s\") gave %d (%s)", keys[i], rc, err.reason);
         uint8_t *bytes;
         size_t size;
-        cr_expect_eq(zm__store_get(o.store, keys[i], 1 << 20, &bytes, &size, NULL, &err),
-                     -ENOENT, "get(\"%s\")", keys[i]);
+        cr_expect_eq(zm__store_get(o.store, keys[i], 1 << 20, &bytes, &size, NULL, &err), -ENOENT,
+                     "get(\"%s\")", keys[i]);
     }
     close_store(&o);
     remove_tree(t.root);
@@ -852,8 +865,7 @@ Test(zarr_store, directory_store_sees_its_files_change)
     int rc = zm__store_locate(o.store, "obs/a/0", &stored, &err);
     cr_expect_eq(rc, -EIO, "a chunk changed: %d", rc);
     cr_expect(strstr(err.reason, "obs/a/0") && strstr(err.reason, "changed"), "%s", err.reason);
-    cr_expect_eq(zm__store_check(o.store, &err), 0, "chunks are checked by locate: %s",
-                 err.reason);
+    cr_expect_eq(zm__store_check(o.store, &err), 0, "chunks are checked by locate: %s", err.reason);
     cr_expect_eq(zm__store_locate(o.store, "obs/a/1", &stored, &err), 0, "the others still read");
     zm__stored_done(&stored);
     /* A fresh open has another digest, and reads the new bytes. */
@@ -937,8 +949,10 @@ Test(zarr_store, directory_store_refuses_links_and_special_files)
     struct {
         const char *what;
         const char *name;
-    } cases[] = {{"a link to a file", "obs/link"}, {"a link to a directory", "linked"},
-                 {"a dangling link", "obs/a/dangling"}, {"a FIFO", "obs/fifo"}};
+    } cases[] = {{"a link to a file", "obs/link"},
+                 {"a link to a directory", "linked"},
+                 {"a dangling link", "obs/a/dangling"},
+                 {"a FIFO", "obs/fifo"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tempdir t;
         make_sample(&t);

@@ -66,8 +66,8 @@
 
 /* One key of the store. */
 typedef struct zm__entry {
-    const char *key;        /* NUL-terminated, in the store's names */
-    size_t key_at;          /* while building: its offset in the names */
+    const char *key; /* NUL-terminated, in the store's names */
+    size_t key_at;   /* while building: its offset in the names */
     size_t key_len;
     uint64_t size;          /* directory: the file's bytes; zip: the member's stored bytes */
     int64_t mtime_ns;       /* directory */
@@ -237,8 +237,8 @@ typedef struct zm__walk {
 
 /* Appends length bytes and a NUL to a growing buffer; the offset they
  * start at into *at. */
-static int zm__append(char **buffer, size_t *length, size_t *capacity, const char *bytes,
-                      size_t n, size_t *at)
+static int zm__append(char **buffer, size_t *length, size_t *capacity, const char *bytes, size_t n,
+                      size_t *at)
 {
     if (*capacity - *length < n + 1) {
         size_t grown = *capacity ? *capacity : 4096;
@@ -345,8 +345,7 @@ static int zm__walk_dir(zm__walk *w, int dirfd, size_t length, unsigned depth, z
         }
         struct stat st;
         if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-            rc = zm_err_set(err, -errno, "%s: %s: cannot stat: %s", root, w->path,
-                            strerror(errno));
+            rc = zm_err_set(err, -errno, "%s: %s: cannot stat: %s", root, w->path, strerror(errno));
             break;
         }
         if (S_ISREG(st.st_mode)) {
@@ -368,9 +367,8 @@ static int zm__walk_dir(zm__walk *w, int dirfd, size_t length, unsigned depth, z
             w->count++;
         } else if (S_ISDIR(st.st_mode)) {
             if (depth + 1 > ZM__STORE_DEPTH_MAX) {
-                rc = zm_err_set(err, -EINVAL,
-                                "%s: %s: directories nested deeper than %d levels", root, w->path,
-                                ZM__STORE_DEPTH_MAX);
+                rc = zm_err_set(err, -EINVAL, "%s: %s: directories nested deeper than %d levels",
+                                root, w->path, ZM__STORE_DEPTH_MAX);
                 break;
             }
             /* O_NOFOLLOW: the directory stat'ed above may have been
@@ -401,8 +399,8 @@ static int zm__walk_dir(zm__walk *w, int dirfd, size_t length, unsigned depth, z
             /* A mount serves the source's own bytes: a link (or a device)
              * would serve another file's, whatever it points at. */
             rc = zm_err_set(err, -EINVAL,
-                            "%s: %s is %s: a directory store is read only from its own files",
-                            root, w->path, zm__file_kind(st.st_mode));
+                            "%s: %s is %s: a directory store is read only from its own files", root,
+                            w->path, zm__file_kind(st.st_mode));
             break;
         }
     }
@@ -537,24 +535,23 @@ static int zm__open_beneath(int dirfd, const char *key)
     }
 }
 
-static int zm__locate_file(zm__store *store, const char *key, const zm__entry *e,
-                           zm__stored *out, zm_err *err)
+static int zm__locate_file(zm__store *store, const char *key, const zm__entry *e, zm__stored *out,
+                           zm_err *err)
 {
     int fd = zm__open_beneath(store->fd, key);
     if (fd < 0) {
         if (fd == -ENOENT || fd == -ENOTDIR || fd == -ENAMETOOLONG) {
             if (e == NULL)
                 return zm_err_set(err, -ENOENT, "%s: no key %s", store->path, key);
-            return zm_err_set(err, -EIO, "%s: %s is gone since the store was opened",
-                              store->path, key);
+            return zm_err_set(err, -EIO, "%s: %s is gone since the store was opened", store->path,
+                              key);
         }
         if (fd == -ELOOP || fd == -EXDEV)
             return zm_err_set(err, -EIO,
                               "%s: %s is reached through a symbolic link now: the store changed "
                               "since it was opened",
                               store->path, key);
-        return zm_err_set(err, -EIO, "%s: %s: cannot open: %s", store->path, key,
-                          strerror(-fd));
+        return zm_err_set(err, -EIO, "%s: %s: cannot open: %s", store->path, key, strerror(-fd));
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -566,8 +563,7 @@ static int zm__locate_file(zm__store *store, const char *key, const zm__entry *e
     if (e == NULL && S_ISDIR(st.st_mode))
         rc = zm_err_set(err, -ENOENT, "%s: no key %s (a directory)", store->path, key);
     else if (e == NULL)
-        rc = zm_err_set(err, -EIO, "%s: %s appeared since the store was opened", store->path,
-                        key);
+        rc = zm_err_set(err, -EIO, "%s: %s appeared since the store was opened", store->path, key);
     else if (!S_ISREG(st.st_mode))
         rc = zm_err_set(err, -EIO, "%s: %s is %s now: the store changed since it was opened",
                         store->path, key, zm__file_kind(st.st_mode));
@@ -595,16 +591,26 @@ static int zm__locate_file(zm__store *store, const char *key, const zm__entry *e
 static const char *zm__zip_method_name(unsigned method)
 {
     switch (method) {
-    case 1: return "shrink";
-    case 6: return "implode";
-    case 9: return "deflate64";
-    case 12: return "bzip2";
-    case 14: return "lzma";
-    case 93: return "zstd";
-    case 95: return "xz";
-    case 98: return "ppmd";
-    case 99: return "AES encryption";
-    default: return "unknown";
+    case 1:
+        return "shrink";
+    case 6:
+        return "implode";
+    case 9:
+        return "deflate64";
+    case 12:
+        return "bzip2";
+    case 14:
+        return "lzma";
+    case 93:
+        return "zstd";
+    case 95:
+        return "xz";
+    case 98:
+        return "ppmd";
+    case 99:
+        return "AES encryption";
+    default:
+        return "unknown";
     }
 }
 
@@ -613,11 +619,10 @@ static const char *zm__zip_method_name(unsigned method)
 typedef struct zm__zip_end {
     uint64_t central_offset; /* in the file */
     uint64_t central_size;
-    uint64_t prefix;         /* bytes before the archive (offsets in it are relative) */
+    uint64_t prefix; /* bytes before the archive (offsets in it are relative) */
 } zm__zip_end;
 
-static int zm__zip_find_end(zm__store *store, uint64_t file_size, zm__zip_end *end,
-                            zm_err *err)
+static int zm__zip_find_end(zm__store *store, uint64_t file_size, zm__zip_end *end, zm_err *err)
 {
     const char *path = store->path;
     if (file_size < ZM__ZIP_EOCD_SIZE)
@@ -632,8 +637,8 @@ static int zm__zip_find_end(zm__store *store, uint64_t file_size, zm__zip_end *e
     if (tail == NULL)
         return zm_err_set(err, -ENOMEM, "%s: out of memory", path);
     uint64_t tail_at = file_size - tail_size;
-    int rc = zm__pread_full(store, "end of central directory", store->fd, tail, tail_size,
-                            tail_at, NULL, err);
+    int rc = zm__pread_full(store, "end of central directory", store->fd, tail, tail_size, tail_at,
+                            NULL, err);
     if (rc != 0) {
         free(tail);
         return rc;
@@ -681,10 +686,9 @@ static int zm__zip_find_end(zm__store *store, uint64_t file_size, zm__zip_end *e
          * (just before the locator), or where the locator says (the two
          * differ only for an archive with a prefix or extensible data). */
         uint8_t record[ZM__ZIP64_EOCD_SIZE];
-        uint64_t candidates[2] = {locator_at >= ZM__ZIP64_EOCD_SIZE
-                                      ? locator_at - ZM__ZIP64_EOCD_SIZE
-                                      : UINT64_MAX,
-                                  zm__le64(locator + 8)};
+        uint64_t candidates[2] = {
+            locator_at >= ZM__ZIP64_EOCD_SIZE ? locator_at - ZM__ZIP64_EOCD_SIZE : UINT64_MAX,
+            zm__le64(locator + 8)};
         uint64_t record_at = UINT64_MAX;
         for (int c = 0; c < 2 && record_at == UINT64_MAX; c++) {
             if (candidates[c] > locator_at || locator_at - candidates[c] < ZM__ZIP64_EOCD_SIZE)
@@ -698,8 +702,7 @@ static int zm__zip_find_end(zm__store *store, uint64_t file_size, zm__zip_end *e
         /* No record: as Python's zipfile, the end record's own values,
          * unless they say they are in the zip64 record. */
         if (record_at == UINT64_MAX && (central_entries == UINT16_MAX ||
-                                        central_size == UINT32_MAX ||
-                                        central_offset == UINT32_MAX))
+                                        central_size == UINT32_MAX || central_offset == UINT32_MAX))
             return zm_err_set(err, -EINVAL,
                               "%s: a zip64 end of central directory locator (at offset %llu) "
                               "with no zip64 end record where it says",
@@ -783,9 +786,8 @@ static int zm__open_zip(zm__store *store, const struct stat *st, zm_err *err)
     for (uint64_t p = 0; p < end.central_size; index++) {
         const uint8_t *h = central + p;
         if (end.central_size - p < ZM__ZIP_CENTRAL_SIZE || zm__le32(h) != ZM__ZIP_CENTRAL_SIG) {
-            rc = zm_err_set(err, -EINVAL,
-                            "%s: central directory entry %zu (offset %llu): %s", path, index,
-                            (unsigned long long)(end.central_offset + p),
+            rc = zm_err_set(err, -EINVAL, "%s: central directory entry %zu (offset %llu): %s", path,
+                            index, (unsigned long long)(end.central_offset + p),
                             end.central_size - p < ZM__ZIP_CENTRAL_SIZE
                                 ? "truncated"
                                 : "not a central directory header (bad signature)");
@@ -802,8 +804,7 @@ static int zm__open_zip(zm__store *store, const struct stat *st, zm_err *err)
             goto fail;
         }
         if (index >= ZM__STORE_FILES_MAX) {
-            rc = zm_err_set(err, -EINVAL, "%s: more than %u members", path,
-                            ZM__STORE_FILES_MAX);
+            rc = zm_err_set(err, -EINVAL, "%s: more than %u members", path, ZM__STORE_FILES_MAX);
             goto fail;
         }
         const char *name = (const char *)h + ZM__ZIP_CENTRAL_SIZE;
@@ -825,15 +826,15 @@ static int zm__open_zip(zm__store *store, const struct stat *st, zm_err *err)
         if (!zm__key_valid(name, name_length))
             continue;
         if (e.header_offset > UINT64_MAX - end.prefix) {
-            rc = zm_err_set(err, -EINVAL, "%s: member %.*s: local header offset %llu is beyond "
-                            "the file", path, (int)name_length, name,
-                            (unsigned long long)e.header_offset);
+            rc = zm_err_set(err, -EINVAL,
+                            "%s: member %.*s: local header offset %llu is beyond "
+                            "the file",
+                            path, (int)name_length, name, (unsigned long long)e.header_offset);
             goto fail;
         }
         e.header_offset += end.prefix;
         if (zm__grow((void **)&entries, &capacity, count, sizeof *entries) != 0 ||
-            zm__append(&names, &names_length, &names_capacity, name, name_length, &e.key_at) !=
-                0) {
+            zm__append(&names, &names_length, &names_capacity, name, name_length, &e.key_at) != 0) {
             rc = zm_err_set(err, -ENOMEM, "%s: out of memory reading its central directory", path);
             goto fail;
         }
@@ -877,8 +878,8 @@ fail:
     return rc;
 }
 
-static int zm__locate_member(zm__store *store, const char *key, const zm__entry *e,
-                             zm__stored *out, zm_err *err)
+static int zm__locate_member(zm__store *store, const char *key, const zm__entry *e, zm__stored *out,
+                             zm_err *err)
 {
     const char *path = store->path;
     if (e == NULL)
@@ -895,14 +896,12 @@ static int zm__locate_member(zm__store *store, const char *key, const zm__entry 
         return zm_err_set(err, -EIO,
                           "%s: member %s is stored, yet its sizes differ (%llu stored, %llu "
                           "uncompressed)",
-                          path, key, (unsigned long long)e->size,
-                          (unsigned long long)e->raw_size);
+                          path, key, (unsigned long long)e->size, (unsigned long long)e->raw_size);
     if (e->method == ZM__ZIP_DEFLATED && e->raw_size / ZM__DEFLATE_RATIO_MAX > e->size + 1)
         return zm_err_set(err, -EIO,
                           "%s: member %s claims %llu bytes inflated from %llu: more than deflate "
                           "can give",
-                          path, key, (unsigned long long)e->raw_size,
-                          (unsigned long long)e->size);
+                          path, key, (unsigned long long)e->raw_size, (unsigned long long)e->size);
     size_t i = (size_t)(e - store->entries);
     uint64_t data = atomic_load_explicit(&store->data_offsets[i], memory_order_acquire);
     if (data == 0) {
@@ -932,14 +931,14 @@ static int zm__locate_member(zm__store *store, const char *key, const zm__entry 
         uint64_t extra_length = rc == 0 ? zm__le16(header + 28) : 0;
         if (rc == 0 && (name_length != e->key_len || want < ZM__ZIP_LOCAL_SIZE + name_length ||
                         memcmp(header + ZM__ZIP_LOCAL_SIZE, key, name_length) != 0))
-            rc = zm_err_set(err, -EIO,
-                            "%s: member %s: its local header (offset %llu) names another file "
-                            "(%.*s)",
-                            path, key, (unsigned long long)at,
-                            (int)(want - ZM__ZIP_LOCAL_SIZE < name_length
-                                      ? want - ZM__ZIP_LOCAL_SIZE
-                                      : name_length),
-                            (const char *)header + ZM__ZIP_LOCAL_SIZE);
+            rc =
+                zm_err_set(err, -EIO,
+                           "%s: member %s: its local header (offset %llu) names another file "
+                           "(%.*s)",
+                           path, key, (unsigned long long)at,
+                           (int)(want - ZM__ZIP_LOCAL_SIZE < name_length ? want - ZM__ZIP_LOCAL_SIZE
+                                                                         : name_length),
+                           (const char *)header + ZM__ZIP_LOCAL_SIZE);
         if (header != small)
             free(header);
         if (rc != 0)
@@ -1004,8 +1003,7 @@ static int zm__inflate(const zm__store *store, const char *key, const zm__stored
                             "%s: %s: its %llu stored bytes end before its deflate stream does "
                             "(%llu of %llu bytes inflated)",
                             path, key, (unsigned long long)stored->size,
-                            (unsigned long long)zs.total_out,
-                            (unsigned long long)stored->raw_size);
+                            (unsigned long long)zs.total_out, (unsigned long long)stored->raw_size);
         else if (z == Z_MEM_ERROR)
             rc = zm_err_set(err, -ENOMEM, "%s: %s: out of memory inflating", path, key);
         else
@@ -1018,9 +1016,8 @@ static int zm__inflate(const zm__store *store, const char *key, const zm__stored
     if (rc != 0)
         return rc;
     if (produced != stored->raw_size)
-        return zm_err_set(err, -EIO, "%s: %s: inflates to %llu bytes, not the %llu it claims",
-                          path, key, (unsigned long long)produced,
-                          (unsigned long long)stored->raw_size);
+        return zm_err_set(err, -EIO, "%s: %s: inflates to %llu bytes, not the %llu it claims", path,
+                          key, (unsigned long long)produced, (unsigned long long)stored->raw_size);
     uint32_t crc = (uint32_t)crc32_z(0, out, (size_t)stored->raw_size);
     if (crc != stored->crc32)
         return zm_err_set(err, -EIO,
@@ -1039,8 +1036,8 @@ int zm__store_open(int fd, const char *path, zm__store **out, zm_err *err)
     if (fstat(fd, &st) != 0)
         return zm_err_set(err, -errno, "%s: cannot stat: %s", path, strerror(errno));
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
-        return zm_err_set(err, -EINVAL, "%s is %s: a Zarr store is a directory or a zip file",
-                          path, zm__file_kind(st.st_mode));
+        return zm_err_set(err, -EINVAL, "%s is %s: a Zarr store is a directory or a zip file", path,
+                          zm__file_kind(st.st_mode));
     zm__store *store = calloc(1, sizeof *store);
     if (store == NULL || (store->path = strdup(path)) == NULL) {
         free(store);
@@ -1085,8 +1082,10 @@ static int zm__locate(zm__store *store, const char *key, zm__stored *out, const 
     out->fd = -1;
     *entry = NULL;
     if (!zm__key_valid(key, strlen(key)))
-        return zm_err_set(err, -ENOENT, "%s: \"%s\" is not a key of a store (an empty, \".\" or "
-                          "\"..\" component, or a leading '/')", store->path, key);
+        return zm_err_set(err, -ENOENT,
+                          "%s: \"%s\" is not a key of a store (an empty, \".\" or "
+                          "\"..\" component, or a leading '/')",
+                          store->path, key);
     const zm__entry *e = zm__find(store, key);
     *entry = e;
     return store->kind == ZM__STORE_DIRECTORY ? zm__locate_file(store, key, e, out, err)
@@ -1113,19 +1112,18 @@ int zm__store_read(zm__store *store, const char *key, const zm__stored *stored, 
                    void *buffer, size_t size, uint64_t *bytes_read, zm_err *err)
 {
     if (offset > stored->raw_size || size > stored->raw_size - offset)
-        return zm_err_set(err, -EIO,
-                          "%s: %s: bytes [%llu, %llu) asked, past the end of its %llu bytes",
-                          store->path, key, (unsigned long long)offset,
-                          (unsigned long long)(offset + size),
-                          (unsigned long long)stored->raw_size);
+        return zm_err_set(
+            err, -EIO, "%s: %s: bytes [%llu, %llu) asked, past the end of its %llu bytes",
+            store->path, key, (unsigned long long)offset, (unsigned long long)(offset + size),
+            (unsigned long long)stored->raw_size);
     if (!stored->deflated) {
         if (store->kind == ZM__STORE_DIRECTORY || offset != 0 || size != stored->size)
             return zm__pread_full(store, key, stored->fd, buffer, size, stored->offset + offset,
                                   bytes_read, err);
         /* A stored member read whole is checked against its CRC-32, as it
          * would be inflated. */
-        int rc = zm__pread_full(store, key, stored->fd, buffer, size, stored->offset, bytes_read,
-                                err);
+        int rc =
+            zm__pread_full(store, key, stored->fd, buffer, size, stored->offset, bytes_read, err);
         uint32_t crc = rc == 0 ? (uint32_t)crc32_z(0, buffer, size) : 0;
         if (rc == 0 && crc != stored->crc32)
             rc = zm_err_set(err, -EIO,
@@ -1214,8 +1212,7 @@ int zm__store_list(zm__store *store, const char *prefix, zm_strings *names, zm_e
     if (length > 0 && prefix[length - 1] == '/')
         length--;
     if (length > 0 && !zm__key_valid(prefix, length))
-        return zm_err_set(err, -ENOENT, "%s: \"%s\" is not a path of a store", store->path,
-                          prefix);
+        return zm_err_set(err, -ENOENT, "%s: \"%s\" is not a path of a store", store->path, prefix);
     /* The keys below prefix are those starting "prefix/": one range of the
      * sorted keys. */
     char *below = malloc(length + 2);
@@ -1323,8 +1320,10 @@ int zm__store_check(zm__store *store, zm_err *err)
         int r = d->path[0] ? fstatat(store->fd, d->path, &st, AT_SYMLINK_NOFOLLOW)
                            : fstat(store->fd, &st);
         if (r != 0)
-            return zm_err_set(err, -EIO, "%s: directory %s is gone since the store was opened "
-                              "(%s)", store->path, d->path[0] ? d->path : ".", strerror(errno));
+            return zm_err_set(err, -EIO,
+                              "%s: directory %s is gone since the store was opened "
+                              "(%s)",
+                              store->path, d->path[0] ? d->path : ".", strerror(errno));
         char what[PATH_MAX + 16];
         snprintf(what, sizeof what, "directory %s", d->path[0] ? d->path : ".");
         if ((rc = zm__check_stat(store, what, &st, 1, d->size, d->mtime_ns, err)) != 0)
