@@ -64,17 +64,23 @@ void zm__store_close(zm__store *store);
 zm__store_kind zm__store_get_kind(const zm__store *store);
 
 /* Where key's bytes lie: 0, or -ENOENT when the store has no such key (a
- * chunk never written: the caller decides what that means), -EIO when the
- * key's file cannot be opened or has changed since the store was opened
- * (its size or mtime is not the manifest's: reason naming the key). */
+ * chunk never written: the caller decides what that means; a key with a
+ * leading '/', an empty, "." or ".." component names nothing), -EIO when
+ * the key's file cannot be opened or has changed since the store was
+ * opened (its size or mtime is not the manifest's, it appeared or went, or
+ * is reached through a symbolic link now: reason naming the key), -ENOTSUP
+ * for a zip member encrypted or compressed by another method. A zip
+ * member's local header is read on its first lookup (and kept). */
 int zm__store_locate(zm__store *store, const char *key, zm__stored *out, zm_err *err);
 /* Releases what zm__store_locate opened. */
 void zm__stored_done(zm__stored *stored);
 
 /* size bytes from offset of a located key's value into buffer; a deflated
  * member is inflated (whole, and checked against its CRC-32) and the bytes
- * taken from its inflated value. Short: -EIO naming the key. Adds the
- * bytes read from the file to *bytes_read (if not NULL). */
+ * taken from its inflated value. A stored member read whole (as
+ * zm__store_get reads it) is checked against its CRC-32 too; a part of one
+ * cannot be. Short: -EIO naming the key. Adds the bytes read from the file
+ * to *bytes_read (if not NULL). */
 int zm__store_read(zm__store *store, const char *key, const zm__stored *stored, uint64_t offset,
                    void *buffer, size_t size, uint64_t *bytes_read, zm_err *err);
 
@@ -99,9 +105,11 @@ void zm__store_identity(const zm__store *store, zm_source_identity *out);
 
 /* Whether the store is still what it was opened as: a zip's file, by its
  * descriptor's size and mtime; a directory store's metadata documents (the
- * keys zm__store_get read) and directory, by their size and mtime (its
- * chunk files are checked as zm__store_locate opens them). -EIO with the
- * reason naming what changed. */
+ * keys zm__store_get read) and directories (each of them: a file added,
+ * removed or renamed anywhere changes its directory's mtime), by their
+ * size and mtime, and its path still naming the directory opened (device
+ * and inode); its chunk files are checked as zm__store_locate opens them.
+ * -EIO with the reason naming what changed. */
 int zm__store_check(zm__store *store, zm_err *err);
 
 /* ---- The metadata (zarr_meta.c) ---------------------------------------------- */
