@@ -56,14 +56,16 @@ int zm__store_open(int fd, const char *path, zm__store **out, zm_err *err)
 {
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode))
-        return zm_err_set(err, -EINVAL, "%s: not a directory (the test double reads no zip)",
-                          path);
+        return zm_err_set(err, -EINVAL, "%s: not a directory (the test double reads no zip)", path);
     *out = calloc(1, sizeof **out);
     (*out)->dirfd = fd;
     return 0;
 }
 
-void zm__store_close(zm__store *store) { free(store); }
+void zm__store_close(zm__store *store)
+{
+    free(store);
+}
 
 int zm__store_get(zm__store *store, const char *key, size_t limit, uint8_t **bytes, size_t *size,
                   uint64_t *bytes_read, zm_err *err)
@@ -72,8 +74,8 @@ int zm__store_get(zm__store *store, const char *key, size_t limit, uint8_t **byt
     *size = 0;
     int fd = openat(store->dirfd, key, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
-        return zm_err_set(err, errno == ENOENT || errno == ENOTDIR ? -ENOENT : -EIO,
-                          "%s: %s", key, strerror(errno));
+        return zm_err_set(err, errno == ENOENT || errno == ENOTDIR ? -ENOENT : -EIO, "%s: %s", key,
+                          strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(fd);
@@ -81,8 +83,8 @@ int zm__store_get(zm__store *store, const char *key, size_t limit, uint8_t **byt
     }
     if ((uint64_t)st.st_size > limit) {
         close(fd);
-        return zm_err_set(err, -EFBIG, "%s: %lld bytes, more than %zu", key,
-                          (long long)st.st_size, limit);
+        return zm_err_set(err, -EFBIG, "%s: %lld bytes, more than %zu", key, (long long)st.st_size,
+                          limit);
     }
     uint8_t *b = malloc((size_t)st.st_size + 1);
     size_t got = 0;
@@ -352,8 +354,7 @@ static int decode_block(whole *w, const zm__zarray *a, const zm__zcodec *codecs,
 }
 
 /* The fill over a block never written. */
-static void fill_block(whole *w, const zm__zarray *a, const uint64_t *origin,
-                       const uint64_t *block)
+static void fill_block(whole *w, const zm__zarray *a, const uint64_t *origin, const uint64_t *block)
 {
     /* Where the metadata has no fill, the type's zero, as zarr-python 3
      * reads it (zarr_store.h): real v2 stores written by it need that. */
@@ -415,8 +416,7 @@ static int read_whole(opened *o, const char *path, whole *w, json_t *missing, zm
         }
         cr_assert_eq(rc, 0, "%s: %s", key, err->reason);
         if (a->shard == NULL) {
-            rc = decode_block(w, a, a->codecs, a->codec_count, origin, a->chunks, bytes, size,
-                              err);
+            rc = decode_block(w, a, a->codecs, a->codec_count, origin, a->chunks, bytes, size, err);
         } else {
             const zm__zshard *s = a->shard;
             cr_assert_geq(size, s->index_bytes);
@@ -478,12 +478,12 @@ static void check_values(const char *label, const zm__zarray *a, const whole *w,
     if (values != NULL) {
         size_t expected_size;
         uint8_t *expected = b64_decode(values, &expected_size);
-        cr_assert_eq(expected_size, size, "%s: %zu bytes expected, %zu read", label,
-                     expected_size, size);
+        cr_assert_eq(expected_size, size, "%s: %zu bytes expected, %zu read", label, expected_size,
+                     size);
         for (size_t i = 0; i < size; i++)
             if (expected[i] != w->bytes[i])
-                cr_assert_fail("%s: byte %zu (value %zu) is 0x%02x, zarr-python's 0x%02x", label,
-                               i, i / a->item_size, w->bytes[i], expected[i]);
+                cr_assert_fail("%s: byte %zu (value %zu) is 0x%02x, zarr-python's 0x%02x", label, i,
+                               i / a->item_size, w->bytes[i], expected[i]);
         free(expected);
     }
     json_t *digest = json_object_get(expect, "sha256");
@@ -497,11 +497,16 @@ static void check_values(const char *label, const zm__zarray *a, const whole *w,
 static const char *kind_name(zm__zvalue v)
 {
     switch (v) {
-    case ZM__ZVALUE_NUMBER: return "number";
-    case ZM__ZVALUE_VLEN: return "vlen";
-    case ZM__ZVALUE_BYTES: return "bytes";
-    case ZM__ZVALUE_UNICODE: return "unicode";
-    case ZM__ZVALUE_RECORDS: return "records";
+    case ZM__ZVALUE_NUMBER:
+        return "number";
+    case ZM__ZVALUE_VLEN:
+        return "vlen";
+    case ZM__ZVALUE_BYTES:
+        return "bytes";
+    case ZM__ZVALUE_UNICODE:
+        return "unicode";
+    case ZM__ZVALUE_RECORDS:
+        return "records";
     }
     return "?";
 }
@@ -529,8 +534,8 @@ Test(zarr_codecs, crc32c_known_vectors)
 /* ---- the stores zarr-python wrote --------------------------------------------------- */
 
 /* The names of codecs of a chain, the implied v2 byte order left out. */
-static void check_chain(const char *label, const zm__zcodec *codecs, unsigned count,
-                        json_t *names, bool implied_bytes)
+static void check_chain(const char *label, const zm__zcodec *codecs, unsigned count, json_t *names,
+                        bool implied_bytes)
 {
     unsigned skip = implied_bytes && count > 0 && codecs[0].id == ZM__ZCODEC_BYTES ? 1 : 0;
     cr_assert_eq(count - skip, json_array_size(names), "%s: %u codecs, the metadata lists %zu",
@@ -588,8 +593,8 @@ static void check_written_store(const char *store_name, const char *expected_nam
             check_chain(name, a->shard->codecs, a->shard->codec_count,
                         json_object_get(e, "shard_codecs"), false);
             cr_assert_eq(a->shard->index_at_start,
-                         strcmp(json_string_value(json_object_get(e, "index_location")),
-                                "start") == 0);
+                         strcmp(json_string_value(json_object_get(e, "index_location")), "start") ==
+                             0);
         } else {
             cr_assert_null(a->shard, "%s: not sharded", name);
         }
@@ -628,8 +633,7 @@ static void check_written_store(const char *store_name, const char *expected_nam
         check_values(name, a, &w, e);
         /* The chunk keys zarr-python wrote: every key of the grid is a file
          * or one the writer left out. */
-        cr_assert(json_equal(missing, json_object_get(e, "missing")), "%s: missing chunks",
-                  name);
+        cr_assert(json_equal(missing, json_object_get(e, "missing")), "%s: missing chunks", name);
         json_decref(missing);
         whole_free(&w);
         checked++;
@@ -655,8 +659,7 @@ static void check_written_store(const char *store_name, const char *expected_nam
     cr_assert_eq(names.count, json_array_size(wanted), "root: %zu children, %zu expected",
                  names.count, json_array_size(wanted));
     for (size_t i = 0; i + 1 < names.count; i++)
-        cr_assert_lt(strcmp(names.bytes + names.offsets[i], names.bytes + names.offsets[i + 1]),
-                     0);
+        cr_assert_lt(strcmp(names.bytes + names.offsets[i], names.bytes + names.offsets[i + 1]), 0);
     zm_strings_free(&names);
     json_decref(wanted);
     cr_assert_eq(zm__ztree_children(o.tree, "empty_group", &names, &err), 0, "%s", err.reason);
@@ -778,9 +781,11 @@ static void check_against_json(opened *o, const char *path, json_t *doc, int for
     cr_assert_eq(a->rank, rank, "%s", path);
     for (unsigned d = 0; d < rank; d++)
         cr_assert_eq(a->shape[d], dims[d], "%s: shape", path);
-    json_t *chunks = format == 2 ? json_object_get(doc, "chunks")
-                                 : json_object_get(json_object_get(json_object_get(doc,
-                                       "chunk_grid"), "configuration"), "chunk_shape");
+    json_t *chunks =
+        format == 2
+            ? json_object_get(doc, "chunks")
+            : json_object_get(json_object_get(json_object_get(doc, "chunk_grid"), "configuration"),
+                              "chunk_shape");
     dims_from_json(chunks, &rank, dims);
     for (unsigned d = 0; d < rank; d++)
         cr_assert_eq(a->chunks[d], dims[d], "%s: chunks", path);
@@ -813,10 +818,10 @@ static void check_against_json(opened *o, const char *path, json_t *doc, int for
     if (json_is_string(dt))
         cr_assert_str_eq(a->dtype_name, json_string_value(dt), "%s", path);
     else
-        cr_assert_eq(a->field_count,
-                     json_array_size(json_object_get(json_object_get(dt, "configuration"),
-                                                     "fields")),
-                     "%s: fields", path);
+        cr_assert_eq(
+            a->field_count,
+            json_array_size(json_object_get(json_object_get(dt, "configuration"), "fields")),
+            "%s: fields", path);
     json_t *encoding = json_object_get(doc, "chunk_key_encoding");
     cr_assert_eq(a->key_prefix_c,
                  strcmp(json_string_value(json_object_get(encoding, "name")), "default") == 0);
@@ -939,8 +944,8 @@ static size_t check_real_metadata(opened *o, const char *store_dir, int format)
         json_t *root = json_load_file(path, 0, NULL);
         cr_assert_not_null(root);
         check_against_json(o, "", root, 3);
-        json_t *metadata = json_object_get(json_object_get(root, "consolidated_metadata"),
-                                           "metadata");
+        json_t *metadata =
+            json_object_get(json_object_get(root, "consolidated_metadata"), "metadata");
         cr_assert(json_is_object(metadata), "%s: consolidated", store_dir);
         const char *key;
         json_t *doc;
@@ -1028,8 +1033,8 @@ static void check_real(const char *expected_name, const char *const *stores, siz
             zm_err err;
             cr_assert_eq(zm__ztree_children(o.tree, group, &got, &err), 0, "%s: %s", base,
                          err.reason);
-            cr_assert_eq(got.count, json_array_size(names), "%s %s: %zu children, zarr %zu",
-                         base, group, got.count, json_array_size(names));
+            cr_assert_eq(got.count, json_array_size(names), "%s %s: %zu children, zarr %zu", base,
+                         group, got.count, json_array_size(names));
             for (size_t i = 0; i < got.count; i++) {
                 const char *want = json_string_value(json_array_get(names, i));
                 cr_assert_eq(got.offsets[i + 1] - got.offsets[i], strlen(want));
@@ -1070,10 +1075,9 @@ Test(zarr_meta, real_v2_stores)
 
 Test(zarr_meta, real_v3_stores)
 {
-    static const char *const stores[] = {"modern/modern-tiny-300x120.v3.zarr",
-                                         "modern/modern-tiny-300x120.v3-unsharded.zarr",
-                                         "modern/modern-tiny-300x120.v3-sharded.zarr",
-                                         "zarr/pbmc68k_reduced.zarr"};
+    static const char *const stores[] = {
+        "modern/modern-tiny-300x120.v3.zarr", "modern/modern-tiny-300x120.v3-unsharded.zarr",
+        "modern/modern-tiny-300x120.v3-sharded.zarr", "zarr/pbmc68k_reduced.zarr"};
     check_real("real-v3.json.gz", stores, 4);
 }
 
@@ -1151,18 +1155,16 @@ static void v2_array_refused(const char *zarray, int code, const char *words)
     zm_err err;
     int rc = v2_array(zarray, &err, &o, &s);
     cr_assert_eq(rc, code, "%s: %d (%s)", zarray, rc, err.reason);
-    cr_assert(strstr(err.reason, "a/.zarray") != NULL, "the reason names the key: %s",
-              err.reason);
+    cr_assert(strstr(err.reason, "a/.zarray") != NULL, "the reason names the key: %s", err.reason);
     if (words != NULL)
-        cr_assert(strstr(err.reason, words) != NULL, "\"%s\" does not say %s", err.reason,
-                  words);
+        cr_assert(strstr(err.reason, words) != NULL, "\"%s\" does not say %s", err.reason, words);
     close_store(&o);
     remove_tree(s.dir);
 }
 
-#define ZARRAY(shape, chunks, dtype, fill, compressor, filters)                                  \
-    "{\"zarr_format\": 2, \"shape\": " shape ", \"chunks\": " chunks ", \"dtype\": " dtype       \
-    ", \"fill_value\": " fill ", \"order\": \"C\", \"compressor\": " compressor                 \
+#define ZARRAY(shape, chunks, dtype, fill, compressor, filters)                                    \
+    "{\"zarr_format\": 2, \"shape\": " shape ", \"chunks\": " chunks ", \"dtype\": " dtype         \
+    ", \"fill_value\": " fill ", \"order\": \"C\", \"compressor\": " compressor                    \
     ", \"filters\": " filters "}"
 
 Test(zarr_meta, v2_bad_arrays_refused)
@@ -1172,22 +1174,21 @@ Test(zarr_meta, v2_bad_arrays_refused)
     v2_array_refused(ZARRAY("[3]", "[0]", "\"<f4\"", "0", "null", "null"), -EINVAL, "chunks[0]");
     v2_array_refused(ZARRAY("[3]", "[2, 2]", "\"<f4\"", "0", "null", "null"), -EINVAL,
                      "dimensions");
-    v2_array_refused(ZARRAY("[1,1,1,1,1,1,1,1,1]", "[1,1,1,1,1,1,1,1,1]", "\"<f4\"", "0", "null",
-                            "null"),
-                     -EINVAL, "at most 8");
+    v2_array_refused(
+        ZARRAY("[1,1,1,1,1,1,1,1,1]", "[1,1,1,1,1,1,1,1,1]", "\"<f4\"", "0", "null", "null"),
+        -EINVAL, "at most 8");
     v2_array_refused(ZARRAY("[-3]", "[2]", "\"<f4\"", "0", "null", "null"), -EINVAL, "shape");
     v2_array_refused(ZARRAY("\"3\"", "[2]", "\"<f4\"", "0", "null", "null"), -EINVAL, "shape");
-    v2_array_refused(ZARRAY("[4294967296, 4294967296, 4294967296]", "[1, 1, 1]", "\"<f4\"", "0",
-                            "null", "null"),
-                     -EINVAL, "2^64");
+    v2_array_refused(
+        ZARRAY("[4294967296, 4294967296, 4294967296]", "[1, 1, 1]", "\"<f4\"", "0", "null", "null"),
+        -EINVAL, "2^64");
     v2_array_refused(ZARRAY("[10]", "[4611686018427387904]", "\"<f8\"", "0", "null", "null"),
                      -EINVAL, "chunks");
     v2_array_refused(ZARRAY("[3]", "[2]", "\"<q9\"", "0", "null", "null"), -EINVAL, "dtype");
     v2_array_refused(ZARRAY("[3]", "[2]", "42", "0", "null", "null"), -EINVAL, "dtype");
     v2_array_refused(ZARRAY("[3]", "[2]", "\"<i4\"", "\"abc\"", "null", "null"), -EINVAL,
                      "fill_value");
-    v2_array_refused(ZARRAY("[3]", "[2]", "\"|u1\"", "256", "null", "null"), -EINVAL,
-                     "fill_value");
+    v2_array_refused(ZARRAY("[3]", "[2]", "\"|u1\"", "256", "null", "null"), -EINVAL, "fill_value");
     v2_array_refused(ZARRAY("[3]", "[2]", "\"<i4\"", "0", "\"zstd\"", "null"), -EINVAL,
                      "compressor");
     v2_array_refused(ZARRAY("[3]", "[2]", "\"<i4\"", "0", "{\"level\": 1}", "null"), -EINVAL,
@@ -1195,9 +1196,9 @@ Test(zarr_meta, v2_bad_arrays_refused)
     v2_array_refused(ZARRAY("[3]", "[2]", "\"<i4\"", "0", "null", "[{\"id\": \"vlen-utf8\"}]"),
                      -EINVAL, "vlen-utf8");
     v2_array_refused(ZARRAY("[3]", "[2]", "\"<i4\"", "0", "null", "{}"), -EINVAL, "filters");
-    v2_array_refused(ZARRAY("[3]", "[2]", "[[\"a\", \"<i4\"], [\"a\", \"<f8\"]]", "null", "null",
-                            "null"),
-                     -EINVAL, "twice");
+    v2_array_refused(
+        ZARRAY("[3]", "[2]", "[[\"a\", \"<i4\"], [\"a\", \"<f8\"]]", "null", "null", "null"),
+        -EINVAL, "twice");
     v2_array_refused("{\"zarr_format\": 3, \"shape\": [3], \"chunks\": [2], \"dtype\": \"<i4\","
                      " \"fill_value\": 0, \"order\": \"C\", \"compressor\": null, "
                      "\"filters\": null}",
@@ -1232,18 +1233,17 @@ Test(zarr_meta, v2_unsupported_said_on_use)
 {
     v2_array_unsupported(ZARRAY("[3]", "[2]", "\"<f4\"", "0", "{\"id\": \"lzma\"}", "null"),
                          "codec \"lzma\"");
-    v2_array_unsupported(ZARRAY("[3]", "[2]", "\"<f4\"", "0", "null",
-                                "[{\"id\": \"delta\", \"dtype\": \"<f4\"}]"),
-                         "codec \"delta\"");
+    v2_array_unsupported(
+        ZARRAY("[3]", "[2]", "\"<f4\"", "0", "null", "[{\"id\": \"delta\", \"dtype\": \"<f4\"}]"),
+        "codec \"delta\"");
     v2_array_unsupported(ZARRAY("[3]", "[2]", "\"<f2\"", "0", "null", "null"), "float16");
     v2_array_unsupported(ZARRAY("[3]", "[2]", "\"<c8\"", "0", "null", "null"), "complex");
     v2_array_unsupported(ZARRAY("[3]", "[2]", "\"<M8[ns]\"", "0", "null", "null"), "datetime");
     v2_array_unsupported(ZARRAY("[3]", "[2]", "\"|O\"", "0", "null", "[{\"id\": \"json2\"}]"),
                          "\"json2\"");
     v2_array_unsupported(ZARRAY("[3]", "[2]", "\"|O\"", "0", "null", "null"), "object codec");
-    v2_array_unsupported(ZARRAY("[3]", "[2]", "\"|O\"", "\"\"", "null",
-                                "[{\"id\": \"vlen-bytes\"}]"),
-                         "vlen-bytes");
+    v2_array_unsupported(
+        ZARRAY("[3]", "[2]", "\"|O\"", "\"\"", "null", "[{\"id\": \"vlen-bytes\"}]"), "vlen-bytes");
     v2_array_unsupported(ZARRAY("[3]", "[2]", "[[\"a\", \"<i4\", [2]]]", "null", "null", "null"),
                          "shape");
     v2_array_unsupported(ZARRAY("[3]", "[2]", "\"<f4\"", "0",
@@ -1333,8 +1333,8 @@ Test(zarr_meta, hostile_documents)
     write_file(&s, ".zgroup", deep, n);
     free(deep);
     cr_assert_eq(open_store(s.dir, &o, &err), -EINVAL);
-    cr_assert(strstr(err.reason, ".zgroup") != NULL && strstr(err.reason, "nested") != NULL,
-              "%s", err.reason);
+    cr_assert(strstr(err.reason, ".zgroup") != NULL && strstr(err.reason, "nested") != NULL, "%s",
+              err.reason);
     close_store(&o);
     remove_tree(s.dir);
     /* Wrong formats and kinds. */
@@ -1352,8 +1352,9 @@ Test(zarr_meta, hostile_documents)
     remove_tree(s.dir);
     /* Consolidated metadata with a key that is no node's path. */
     scratch_make(&s);
-    put(&s, ".zmetadata", "{\"zarr_consolidated_format\": 1, \"metadata\": {\".zgroup\": "
-                          "{\"zarr_format\": 2}, \"../x/.zgroup\": {\"zarr_format\": 2}}}");
+    put(&s, ".zmetadata",
+        "{\"zarr_consolidated_format\": 1, \"metadata\": {\".zgroup\": "
+        "{\"zarr_format\": 2}, \"../x/.zgroup\": {\"zarr_format\": 2}}}");
     cr_assert_eq(open_store(s.dir, &o, &err), -EINVAL);
     cr_assert(strstr(err.reason, "../x/.zgroup") != NULL, "%s", err.reason);
     close_store(&o);
@@ -1365,9 +1366,10 @@ Test(zarr_meta, hostile_documents)
     close_store(&o);
     remove_tree(s.dir);
     scratch_make(&s);
-    put(&s, "zarr.json", "{\"zarr_format\": 3, \"node_type\": \"group\", "
-                         "\"consolidated_metadata\": {\"kind\": \"inline\", \"metadata\": "
-                         "{\"a//b\": {\"zarr_format\": 3, \"node_type\": \"group\"}}}}");
+    put(&s, "zarr.json",
+        "{\"zarr_format\": 3, \"node_type\": \"group\", "
+        "\"consolidated_metadata\": {\"kind\": \"inline\", \"metadata\": "
+        "{\"a//b\": {\"zarr_format\": 3, \"node_type\": \"group\"}}}}");
     cr_assert_eq(open_store(s.dir, &o, &err), -EINVAL);
     cr_assert(strstr(err.reason, "a//b") != NULL, "%s", err.reason);
     close_store(&o);
@@ -1390,8 +1392,9 @@ Test(zarr_meta, hostile_documents)
      * kept as the string Zarr spells it. */
     scratch_make(&s);
     put(&s, ".zgroup", V2_GROUP);
-    put(&s, ".zattrs", "{\"x\": NaN, \"y\": [Infinity, -Infinity], \"s\": \"NaN inside\", "
-                       "\"big\": 98765432109876543210}");
+    put(&s, ".zattrs",
+        "{\"x\": NaN, \"y\": [Infinity, -Infinity], \"s\": \"NaN inside\", "
+        "\"big\": 98765432109876543210}");
     cr_assert_eq(open_store(s.dir, &o, &err), 0, "%s", err.reason);
     node = node_ok(&o, "");
     cr_assert_str_eq(json_string_value(json_object_get(node->attributes, "x")), "NaN");
@@ -1421,8 +1424,8 @@ static int v3_array(const char *fields, opened *o, scratch *s, zm_err *err)
     return zm__ztree_node(o->tree, "a", &node, err);
 }
 
-#define V3_GRID(shape, chunks)                                                                  \
-    "\"shape\": " shape ", \"chunk_grid\": {\"name\": \"regular\", \"configuration\": "         \
+#define V3_GRID(shape, chunks)                                                                     \
+    "\"shape\": " shape ", \"chunk_grid\": {\"name\": \"regular\", \"configuration\": "            \
     "{\"chunk_shape\": " chunks "}}"
 
 static void v3_refused(const char *fields, const char *words)
@@ -1458,39 +1461,43 @@ Test(zarr_meta, v3_bad_and_unsupported)
 {
     char f[2048];
     v3_refused(V3_GRID("[4]", "[2]") ", \"data_type\": \"int32\", \"fill_value\": 0, "
-               "\"codecs\": []",
+                                     "\"codecs\": []",
                "codecs");
     v3_refused(V3_GRID("[4]", "[0]") ", \"data_type\": \"int32\", \"fill_value\": 0, "
-               "\"codecs\": [\"bytes\"]",
+                                     "\"codecs\": [\"bytes\"]",
                "chunk_shape");
     v3_refused(V3_GRID("[4]", "[2]") ", \"data_type\": \"int32\", \"fill_value\": 0, "
-               "\"codecs\": [\"zstd\", \"bytes\"]",
+                                     "\"codecs\": [\"zstd\", \"bytes\"]",
                "before the array-to-bytes");
     v3_refused(V3_GRID("[4]", "[2]") ", \"data_type\": \"string\", \"fill_value\": \"\", "
-               "\"codecs\": [\"bytes\"]",
+                                     "\"codecs\": [\"bytes\"]",
                "cannot encode");
     v3_refused(V3_GRID("[4]", "[2]") ", \"data_type\": \"int32\", \"fill_value\": \"x\", "
-               "\"codecs\": [\"bytes\"]",
+                                     "\"codecs\": [\"bytes\"]",
                "fill_value");
     v3_refused(V3_GRID("[4]", "[2]") ", \"data_type\": \"float32\", \"fill_value\": \"0x7fc0\", "
-               "\"codecs\": [\"bytes\"]",
+                                     "\"codecs\": [\"bytes\"]",
                "fill_value");
     v3_refused(V3_GRID("[4, 4]", "[2, 2]") ", \"data_type\": \"int8\", \"fill_value\": 0, "
-               "\"codecs\": [{\"name\": \"transpose\", \"configuration\": {\"order\": [0, 0]}}, "
-               "\"bytes\"]",
+                                           "\"codecs\": [{\"name\": \"transpose\", "
+                                           "\"configuration\": {\"order\": [0, 0]}}, "
+                                           "\"bytes\"]",
                "permutation");
-    v3_refused(V3_GRID("[8]", "[8]") ", \"data_type\": \"int8\", \"fill_value\": 0, "
-               "\"codecs\": [{\"name\": \"sharding_indexed\", \"configuration\": "
-               "{\"chunk_shape\": [3], \"codecs\": [\"bytes\"], \"index_codecs\": "
-               "[\"bytes\", \"crc32c\"]}}]",
-               "does not divide");
-    v3_refused(V3_GRID("[8]", "[8]") ", \"data_type\": \"int8\", \"fill_value\": 0, "
-               "\"codecs\": [{\"name\": \"sharding_indexed\", \"configuration\": "
-               "{\"chunk_shape\": [4], \"codecs\": [\"bytes\"], \"index_codecs\": "
-               "[\"bytes\"], \"index_location\": \"middle\"}}]",
-               "index_location");
+    v3_refused(
+        V3_GRID("[8]", "[8]") ", \"data_type\": \"int8\", \"fill_value\": 0, "
+                              "\"codecs\": [{\"name\": \"sharding_indexed\", \"configuration\": "
+                              "{\"chunk_shape\": [3], \"codecs\": [\"bytes\"], \"index_codecs\": "
+                              "[\"bytes\", \"crc32c\"]}}]",
+        "does not divide");
+    v3_refused(
+        V3_GRID("[8]", "[8]") ", \"data_type\": \"int8\", \"fill_value\": 0, "
+                              "\"codecs\": [{\"name\": \"sharding_indexed\", \"configuration\": "
+                              "{\"chunk_shape\": [4], \"codecs\": [\"bytes\"], \"index_codecs\": "
+                              "[\"bytes\"], \"index_location\": \"middle\"}}]",
+        "index_location");
     v3_refused(V3_GRID("[4]", "[2]") ", \"data_type\": \"int32\", \"fill_value\": 0, "
-               "\"codecs\": [{\"name\": \"bytes\", \"configuration\": {\"endian\": \"mixed\"}}]",
+                                     "\"codecs\": [{\"name\": \"bytes\", \"configuration\": "
+                                     "{\"endian\": \"mixed\"}}]",
                "endian");
     snprintf(f, sizeof f,
              V3_GRID("[4]", "[2]") ", \"data_type\": \"int32\", \"fill_value\": 0, "
@@ -1498,22 +1505,50 @@ Test(zarr_meta, v3_bad_and_unsupported)
              BYTES);
     v3_unsupported(f, "numcodecs.lzma");
     v3_unsupported(V3_GRID("[4]", "[2]") ", \"data_type\": \"float16\", \"fill_value\": 0, "
-                   "\"codecs\": [\"bytes\"]",
+                                         "\"codecs\": [\"bytes\"]",
                    "float16");
     v3_unsupported(V3_GRID("[4]", "[2]") ", \"data_type\": \"complex64\", \"fill_value\": [0, 0], "
-                   "\"codecs\": [\"bytes\"]",
+                                         "\"codecs\": [\"bytes\"]",
                    "complex64");
-    v3_unsupported(V3_GRID("[8]", "[8]") ", \"data_type\": \"int8\", \"fill_value\": 0, "
+    v3_unsupported(
+        V3_GRID(
+            "[8]",
+            "[8]") ", \"data_type\": \"int8\", \"fill_value\": 0, "
                    "\"codecs\": [{\"name\": \"sharding_indexed\", \"configuration\": "
                    "{\"chunk_shape\": [4], \"codecs\": [\"bytes\", \"lzma\"], \"index_codecs\": "
                    "[\"bytes\", \"crc32c\"]}}]",
-                   "lzma");
+        "lzma");
     v3_unsupported("\"shape\": [4], \"chunk_grid\": {\"name\": \"rectilinear\"}, \"data_type\": "
                    "\"int8\", \"fill_value\": 0, \"codecs\": [\"bytes\"]",
                    "rectilinear");
-    v3_unsupported(V3_GRID("[4]", "[2]") ", \"data_type\": \"int8\", \"fill_value\": 0, "
-                   "\"codecs\": [\"bytes\"], \"storage_transformers\": [{\"name\": \"x\"}]",
-                   "storage_transformers");
+    v3_unsupported(
+        V3_GRID("[4]",
+                "[2]") ", \"data_type\": \"int8\", \"fill_value\": 0, "
+                       "\"codecs\": [\"bytes\"], \"storage_transformers\": [{\"name\": \"x\"}]",
+        "storage_transformers");
+    v3_unsupported(
+        V3_GRID("[4]", "[2]") ", \"data_type\": \"int8\", \"fill_value\": 0, "
+                              "\"codecs\": [\"bytes\"], \"novel\": {\"must_understand\": true}",
+        "\"novel\"");
+    v3_unsupported(
+        V3_GRID("[8]", "[8]") ", \"data_type\": \"int8\", \"fill_value\": 0, "
+                              "\"codecs\": [{\"name\": \"sharding_indexed\", \"configuration\": "
+                              "{\"chunk_shape\": [4], \"codecs\": [\"bytes\"], \"index_codecs\": "
+                              "[\"bytes\", \"crc32c\"]}}, \"crc32c\"]",
+        "around a shard");
+    /* An extension that need not be understood is read past. */
+    opened o;
+    scratch s;
+    zm_err err;
+    cr_assert_eq(
+        v3_array(V3_GRID("[4]",
+                         "[2]") ", \"data_type\": \"int8\", \"fill_value\": 0, "
+                                "\"codecs\": [\"bytes\"], \"novel\": {\"must_understand\": false}",
+                 &o, &s, &err),
+        0, "%s", err.reason);
+    cr_assert_eq(zm__zarray_supported(node_ok(&o, "a")->array, &err), 0, "%s", err.reason);
+    close_store(&o);
+    remove_tree(s.dir);
 }
 
 Test(zarr_meta, v3_types_fills_and_keys)
@@ -1523,12 +1558,14 @@ Test(zarr_meta, v3_types_fills_and_keys)
     opened o;
     scratch s;
     zm_err err;
-    int rc = v3_array(V3_GRID("[5]", "[2]") ", \"data_type\": {\"name\": \"struct\", "
-                      "\"configuration\": {\"fields\": [{\"name\": \"n\", \"data_type\": "
-                      "{\"name\": \"fixed_length_utf32\", \"configuration\": {\"length_bytes\": "
-                      "8}}}, {\"name\": \"x\", \"data_type\": \"float32\"}]}}, \"fill_value\": "
-                      "{\"n\": \"0\", \"x\": 1.0}, \"codecs\": [\"bytes\", \"zstd\"]",
-                      &o, &s, &err);
+    int rc = v3_array(
+        V3_GRID("[5]",
+                "[2]") ", \"data_type\": {\"name\": \"struct\", "
+                       "\"configuration\": {\"fields\": [{\"name\": \"n\", \"data_type\": "
+                       "{\"name\": \"fixed_length_utf32\", \"configuration\": {\"length_bytes\": "
+                       "8}}}, {\"name\": \"x\", \"data_type\": \"float32\"}]}}, \"fill_value\": "
+                       "{\"n\": \"0\", \"x\": 1.0}, \"codecs\": [\"bytes\", \"zstd\"]",
+        &o, &s, &err);
     cr_assert_eq(rc, 0, "%s", err.reason);
     const zm__zarray *a = node_ok(&o, "a")->array;
     cr_assert_eq(a->value, ZM__ZVALUE_RECORDS);
@@ -1547,10 +1584,11 @@ Test(zarr_meta, v3_types_fills_and_keys)
     close_store(&o);
     remove_tree(s.dir);
 
-    rc = v3_array(V3_GRID("[]", "[]") ", \"data_type\": {\"name\": \"null_terminated_bytes\", "
-                  "\"configuration\": {\"length_bytes\": 3}}, \"fill_value\": \"YWI=\", "
-                  "\"codecs\": [\"bytes\"]",
-                  &o, &s, &err);
+    rc = v3_array(
+        V3_GRID("[]", "[]") ", \"data_type\": {\"name\": \"null_terminated_bytes\", "
+                            "\"configuration\": {\"length_bytes\": 3}}, \"fill_value\": \"YWI=\", "
+                            "\"codecs\": [\"bytes\"]",
+        &o, &s, &err);
     cr_assert_eq(rc, 0, "%s", err.reason);
     a = node_ok(&o, "a")->array;
     cr_assert_eq(a->value, ZM__ZVALUE_BYTES);
@@ -1563,11 +1601,13 @@ Test(zarr_meta, v3_types_fills_and_keys)
     close_store(&o);
     remove_tree(s.dir);
 
-    rc = v3_array(V3_GRID("[4, 4]", "[2, 2]") ", \"data_type\": \"float64\", \"fill_value\": "
-                  "\"0x7ff8000000000001\", \"codecs\": [{\"name\": \"transpose\", "
-                  "\"configuration\": {\"order\": \"F\"}}, {\"name\": \"bytes\", "
-                  "\"configuration\": {\"endian\": \"big\"}}]",
-                  &o, &s, &err);
+    rc =
+        v3_array(V3_GRID("[4, 4]",
+                         "[2, 2]") ", \"data_type\": \"float64\", \"fill_value\": "
+                                   "\"0x7ff8000000000001\", \"codecs\": [{\"name\": \"transpose\", "
+                                   "\"configuration\": {\"order\": \"F\"}}, {\"name\": \"bytes\", "
+                                   "\"configuration\": {\"endian\": \"big\"}}]",
+                 &o, &s, &err);
     cr_assert_eq(rc, 0, "%s", err.reason);
     a = node_ok(&o, "a")->array;
     uint64_t bits;
@@ -1625,16 +1665,16 @@ Test(zarr_codecs, truncated_streams_fail)
     /* Every codec's chunk, cut anywhere: -EIO, never a read past its end
      * (each cut is a copy of exactly that size, for ASan). */
     static const char *const arrays[] = {
-        "blosc/lz4_shuffle", "blosc/zstd_bitshuffle", "blosc/zlib_noshuffle",
-        "blosc/blosclz_shuffle", "compressors/zstd_1", "compressors/zlib_9",
-        "compressors/gzip", "compressors/lz4", "compressors/bz2", "compressors/none",
+        "blosc/lz4_shuffle",     "blosc/zstd_bitshuffle", "blosc/zlib_noshuffle",
+        "blosc/blosclz_shuffle", "compressors/zstd_1",    "compressors/zlib_9",
+        "compressors/gzip",      "compressors/lz4",       "compressors/bz2",
+        "compressors/none",
     };
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
         chunk c;
         chunk_load(&c, "v2", arrays[i], "0.0");
         zm_err err;
-        cr_assert_eq(chunk_decode(&c, c.bytes, c.size, &err), 0, "%s: %s", arrays[i],
-                     err.reason);
+        cr_assert_eq(chunk_decode(&c, c.bytes, c.size, &err), 0, "%s: %s", arrays[i], err.reason);
         size_t step = c.size > 400 ? c.size / 200 : 1;
         for (size_t cut = 0; cut < c.size; cut += step) {
             uint8_t *copy = malloc(cut ? cut : 1);
@@ -1659,10 +1699,10 @@ Test(zarr_codecs, corrupt_streams_fail_cleanly)
         const char *store, *path, *key;
         int checked;
     } cases[] = {
-        {"v2", "compressors/zlib_1", "0.0", 1},  {"v2", "compressors/gzip", "1.1", 1},
-        {"v2", "compressors/bz2", "0.1", 1},     {"v3", "codecs/crc32c", "c/1/1", 2},
-        {"v3", "codecs/crc32c_only", "c/0/0", 2}, {"v2", "compressors/zstd_9", "0.0", 0},
-        {"v2", "blosc/lz4_shuffle", "0.0", 0},  {"v2", "compressors/lz4", "1.0", 0},
+        {"v2", "compressors/zlib_1", "0.0", 1},        {"v2", "compressors/gzip", "1.1", 1},
+        {"v2", "compressors/bz2", "0.1", 1},           {"v3", "codecs/crc32c", "c/1/1", 2},
+        {"v3", "codecs/crc32c_only", "c/0/0", 2},      {"v2", "compressors/zstd_9", "0.0", 0},
+        {"v2", "blosc/lz4_shuffle", "0.0", 0},         {"v2", "compressors/lz4", "1.0", 0},
         {"v3", "codecs/numcodecs_crc32c", "c/0/1", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1695,8 +1735,8 @@ Test(zarr_codecs, crc32c_mismatch_names_it)
     zm_err err;
     c.bytes[c.size - 1] ^= 1; /* the stored checksum itself */
     cr_assert_eq(chunk_decode(&c, c.bytes, c.size, &err), -EIO);
-    cr_assert(strstr(err.reason, "crc32c") != NULL && strstr(err.reason, "mismatch") != NULL,
-              "%s", err.reason);
+    cr_assert(strstr(err.reason, "crc32c") != NULL && strstr(err.reason, "mismatch") != NULL, "%s",
+              err.reason);
     chunk_done(&c);
 }
 
@@ -1708,12 +1748,12 @@ Test(zarr_codecs, sizes_checked)
     uint8_t *out = malloc(c.raw_size + 4);
     /* A chunk asked for as more or fewer bytes than it holds. */
     uint64_t smaller[2] = {c.a->chunks[0], c.a->chunks[1] - 1};
-    int rc = zm__zarr_decode(c.a->codecs, c.a->codec_count, 0, 2, smaller, 4, c.bytes, c.size,
-                             out, c.raw_size - 4 * c.a->chunks[0], &err);
+    int rc = zm__zarr_decode(c.a->codecs, c.a->codec_count, 0, 2, smaller, 4, c.bytes, c.size, out,
+                             c.raw_size - 4 * c.a->chunks[0], &err);
     cr_assert_eq(rc, -EIO, "%d", rc);
     cr_assert(strstr(err.reason, "zstd") != NULL, "%s", err.reason);
-    rc = zm__zarr_decode(c.a->codecs, c.a->codec_count, 0, 2, c.a->chunks, 4, c.bytes, c.size,
-                         out, c.raw_size + 4, &err);
+    rc = zm__zarr_decode(c.a->codecs, c.a->codec_count, 0, 2, c.a->chunks, 4, c.bytes, c.size, out,
+                         c.raw_size + 4, &err);
     cr_assert_lt(rc, 0);
     free(out);
     chunk_done(&c);
@@ -1814,22 +1854,22 @@ Test(zarr_codecs, transpose_and_fortran_order_by_hand)
     snprintf(chain[1].name, sizeof chain[1].name, "bytes");
     uint64_t shape[3] = {2, 3, 4};
     zm_err err;
-    cr_assert_eq(zm__zarr_decode(chain, 2, 0, 3, shape, 2, (uint8_t *)t, 48, (uint8_t *)out, 48,
-                                 &err),
-                 0, "%s", err.reason);
+    cr_assert_eq(
+        zm__zarr_decode(chain, 2, 0, 3, shape, 2, (uint8_t *)t, 48, (uint8_t *)out, 48, &err), 0,
+        "%s", err.reason);
     cr_assert_eq(memcmp(out, c, 48), 0);
-    cr_assert_eq(zm__zarr_decode(chain + 1, 1, 1, 3, shape, 2, (uint8_t *)f, 48, (uint8_t *)out,
-                                 48, &err),
-                 0, "%s", err.reason);
+    cr_assert_eq(
+        zm__zarr_decode(chain + 1, 1, 1, 3, shape, 2, (uint8_t *)f, 48, (uint8_t *)out, 48, &err),
+        0, "%s", err.reason);
     cr_assert_eq(memcmp(out, c, 48), 0);
     /* Big-endian words swapped too, transposed or not. */
     uint16_t tb[24];
     for (int i = 0; i < 24; i++)
         tb[i] = (uint16_t)(t[i] << 8 | t[i] >> 8);
     chain[1].big_endian = 1;
-    cr_assert_eq(zm__zarr_decode(chain, 2, 0, 3, shape, 2, (uint8_t *)tb, 48, (uint8_t *)out, 48,
-                                 &err),
-                 0, "%s", err.reason);
+    cr_assert_eq(
+        zm__zarr_decode(chain, 2, 0, 3, shape, 2, (uint8_t *)tb, 48, (uint8_t *)out, 48, &err), 0,
+        "%s", err.reason);
     cr_assert_eq(memcmp(out, c, 48), 0);
 }
 
@@ -1906,8 +1946,7 @@ Test(zarr_codecs, shard_index_checked)
     zm__zshard start = index_shard(4, true, true);
     uint64_t after[8] = {68, 30, 98, 40, A, A, 138, 30};
     n = make_index(buf, after, 4, true);
-    cr_assert_eq(zm__zshard_index(&start, buf, n, 200, offsets, sizes, &err), 0, "%s",
-                 err.reason);
+    cr_assert_eq(zm__zshard_index(&start, buf, n, 200, offsets, sizes, &err), 0, "%s", err.reason);
     uint64_t inside[8] = {60, 30, 98, 40, A, A, 138, 30};
     n = make_index(buf, inside, 4, true);
     cr_assert_eq(zm__zshard_index(&start, buf, n, 200, offsets, sizes, &err), -EIO);
@@ -1928,8 +1967,8 @@ Test(zarr_codecs, real_shard_index_damage)
     uint64_t *offsets = calloc(s->per_shard, 8), *sizes = calloc(s->per_shard, 8);
     zm_err err;
     uint8_t *index = c.bytes + c.size - s->index_bytes;
-    cr_assert_eq(zm__zshard_index(s, index, s->index_bytes, c.size, offsets, sizes, &err), 0,
-                 "%s", err.reason);
+    cr_assert_eq(zm__zshard_index(s, index, s->index_bytes, c.size, offsets, sizes, &err), 0, "%s",
+                 err.reason);
     for (uint64_t i = 0; i < s->per_shard; i++)
         cr_assert(offsets[i] == UINT64_MAX || offsets[i] + sizes[i] <= c.size - s->index_bytes);
     uint8_t *copy = malloc(s->index_bytes);
@@ -1941,8 +1980,7 @@ Test(zarr_codecs, real_shard_index_damage)
         memcpy(copy + 16 * i, &past, 8);
         uint32_t crc = zm__crc32c(copy, s->index_bytes - 4);
         memcpy(copy + s->index_bytes - 4, &crc, 4);
-        cr_assert_eq(zm__zshard_index(s, copy, s->index_bytes, c.size, offsets, sizes, &err),
-                     -EIO);
+        cr_assert_eq(zm__zshard_index(s, copy, s->index_bytes, c.size, offsets, sizes, &err), -EIO);
     }
     free(copy);
     free(offsets);
@@ -2022,12 +2060,13 @@ static void check_listing(int format)
     snprintf(key, sizeof key, "g/.hidden/%s", group_doc);
     put(&s, key, group);
     snprintf(key, sizeof key, "g/a/%s", format == 2 ? ".zarray" : "zarr.json");
-    put(&s, key, format == 2 ? ZARRAY("[3]", "[2]", "\"<f4\"", "0", "null", "null")
-                             : "{\"zarr_format\": 3, \"node_type\": \"array\", "
-                               "\"shape\": [3], \"data_type\": \"float32\", \"chunk_grid\": "
-                               "{\"name\": \"regular\", \"configuration\": {\"chunk_shape\": "
-                               "[2]}}, \"chunk_key_encoding\": {\"name\": \"default\"}, "
-                               "\"fill_value\": 0, \"codecs\": [\"bytes\"]}");
+    put(&s, key,
+        format == 2 ? ZARRAY("[3]", "[2]", "\"<f4\"", "0", "null", "null")
+                    : "{\"zarr_format\": 3, \"node_type\": \"array\", "
+                      "\"shape\": [3], \"data_type\": \"float32\", \"chunk_grid\": "
+                      "{\"name\": \"regular\", \"configuration\": {\"chunk_shape\": "
+                      "[2]}}, \"chunk_key_encoding\": {\"name\": \"default\"}, "
+                      "\"fill_value\": 0, \"codecs\": [\"bytes\"]}");
     put(&s, "g/junk/x", "not a node");
     put(&s, "g/notes.txt", "not a node");
     put(&s, "g/c/0", "a chunk-like file");
@@ -2054,8 +2093,14 @@ static void check_listing(int format)
     remove_tree(s.dir);
 }
 
-Test(zarr_meta, v2_listing_keeps_nodes_only) { check_listing(2); }
-Test(zarr_meta, v3_listing_keeps_nodes_only) { check_listing(3); }
+Test(zarr_meta, v2_listing_keeps_nodes_only)
+{
+    check_listing(2);
+}
+Test(zarr_meta, v3_listing_keeps_nodes_only)
+{
+    check_listing(3);
+}
 
 Test(zarr_meta, v3_consolidated_nested_and_key_defaults)
 {

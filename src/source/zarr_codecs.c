@@ -259,8 +259,10 @@ static int zm__unlz4(const zm__zcodec *codec, const uint8_t *src, size_t src_siz
      * writes outside the sizes it is given. */
     *produced = 0;
     if (src_size < 4)
-        return zm_err_set(err, -EIO, "%s: stream truncated (%zu stored bytes, its size header "
-                          "alone needs 4)", codec->name, src_size);
+        return zm_err_set(err, -EIO,
+                          "%s: stream truncated (%zu stored bytes, its size header "
+                          "alone needs 4)",
+                          codec->name, src_size);
     uint32_t size = zm__le32(src);
     if (size > cap)
         return ZM__TOO_SMALL;
@@ -269,8 +271,7 @@ static int zm__unlz4(const zm__zcodec *codec, const uint8_t *src, size_t src_siz
                           codec->name, (unsigned)size);
     if (size == 0)
         return 0;
-    int n = LZ4_decompress_safe((const char *)src + 4, (char *)dst, (int)(src_size - 4),
-                                (int)size);
+    int n = LZ4_decompress_safe((const char *)src + 4, (char *)dst, (int)(src_size - 4), (int)size);
     if (n < 0)
         return zm_err_set(err, -EIO, "%s: stream corrupt (LZ4_decompress_safe returned %d)",
                           codec->name, n);
@@ -294,8 +295,7 @@ static int zm__unzstd(const zm__zcodec *codec, const uint8_t *src, size_t src_si
             return ZM__TOO_SMALL;
         if (code == ZSTD_error_memory_allocation)
             return zm_err_set(err, -ENOMEM, "%s: out of memory", codec->name);
-        return zm_err_set(err, -EIO, "%s: stream corrupt (%s)", codec->name,
-                          ZSTD_getErrorName(rc));
+        return zm_err_set(err, -EIO, "%s: stream corrupt (%s)", codec->name, ZSTD_getErrorName(rc));
     }
     *produced = rc;
     return 0;
@@ -344,8 +344,10 @@ static int zm__unblosc(const zm__zcodec *codec, const uint8_t *src, size_t src_s
         const char *library = blosc_cbuffer_complib(src);
         const char *known = blosc_list_compressors();
         if (library != NULL && known != NULL && strcasestr(known, library) == NULL)
-            return zm_err_set(err, -ENOTSUP, "%s: the chunk is compressed with %s, which this "
-                              "c-blosc does not decode (it has %s)", codec->name, library, known);
+            return zm_err_set(err, -ENOTSUP,
+                              "%s: the chunk is compressed with %s, which this "
+                              "c-blosc does not decode (it has %s)",
+                              codec->name, library, known);
         return zm_err_set(err, -EIO, "%s: stream corrupt (blosc_decompress_ctx returned %d)",
                           codec->name, n);
     }
@@ -358,8 +360,8 @@ static int zm__unblosc(const zm__zcodec *codec, const uint8_t *src, size_t src_s
 
 /* crc32c: the CRC-32C of what precedes them, 4 bytes little-endian at the
  * end. Checked, then the bytes before it are the output. */
-static int zm__crc_check(const zm__zcodec *codec, const uint8_t *src, size_t src_size,
-                         size_t *body, zm_err *err)
+static int zm__crc_check(const zm__zcodec *codec, const uint8_t *src, size_t src_size, size_t *body,
+                         zm_err *err)
 {
     if (src_size < ZM__CRC_BYTES)
         return zm_err_set(err, -EIO, "%s: %zu bytes are shorter than the checksum", codec->name,
@@ -445,11 +447,11 @@ static int zm__decode_exact(const zm__zcodec *codec, const uint8_t *src, size_t 
             if (rc < 0)
                 return rc;
             if (rc == 0 && produced < expected)
-                return zm_err_set(err, -EIO, "%s: decoded %zu bytes, expected %zu",
-                                  codec->name, produced, expected);
+                return zm_err_set(err, -EIO, "%s: decoded %zu bytes, expected %zu", codec->name,
+                                  produced, expected);
         }
-        return zm_err_set(err, -EIO, "%s: decodes to more than the %zu bytes expected",
-                          codec->name, expected);
+        return zm_err_set(err, -EIO, "%s: decodes to more than the %zu bytes expected", codec->name,
+                          expected);
     }
     if (rc < 0)
         return rc;
@@ -520,12 +522,10 @@ typedef struct zm__chain {
     const zm__zcodec *array_to_bytes; /* NULL: none (v2's numbers: their bytes as they are) */
 } zm__chain;
 
-static int zm__chain_split(const zm__zcodec *codecs, unsigned count, zm__chain *chain,
-                           zm_err *err)
+static int zm__chain_split(const zm__zcodec *codecs, unsigned count, zm__chain *chain, zm_err *err)
 {
     if (count > ZM__ZCODEC_MAX)
-        return zm_err_set(err, -EINVAL, "a chain of %u codecs (at most %d)", count,
-                          ZM__ZCODEC_MAX);
+        return zm_err_set(err, -EINVAL, "a chain of %u codecs (at most %d)", count, ZM__ZCODEC_MAX);
     for (unsigned i = 0; i < count; i++) {
         if (codecs[i].id == ZM__ZCODEC_OTHER)
             return zm_err_set(err, -ENOTSUP, "codec \"%.32s\" is not supported", codecs[i].name);
@@ -545,10 +545,9 @@ static int zm__chain_split(const zm__zcodec *codecs, unsigned count, zm__chain *
     chain->bytes_start = i;
     for (; i < count; i++)
         if (!zm__is_bytes_to_bytes(codecs[i].id))
-            return zm_err_set(err, -EINVAL, "codec \"%.32s\" stands where the chain needs %s",
-                              codecs[i].name,
-                              chain->array_to_bytes ? "a bytes-to-bytes codec"
-                                                    : "an array-to-bytes codec");
+            return zm_err_set(
+                err, -EINVAL, "codec \"%.32s\" stands where the chain needs %s", codecs[i].name,
+                chain->array_to_bytes ? "a bytes-to-bytes codec" : "an array-to-bytes codec");
     return 0;
 }
 
@@ -558,9 +557,8 @@ static int zm__chain_split(const zm__zcodec *codecs, unsigned count, zm__chain *
  * is dst, written with exactly want bytes, or in itself). dst may be NULL
  * (always allocate). */
 static int zm__run_bytes(const zm__zcodec *codecs, unsigned start, unsigned count,
-                         const uint8_t *in, size_t in_size, size_t want, size_t limit,
-                         uint8_t *dst, const uint8_t **out, size_t *out_size, uint8_t **owned,
-                         zm_err *err)
+                         const uint8_t *in, size_t in_size, size_t want, size_t limit, uint8_t *dst,
+                         const uint8_t **out, size_t *out_size, uint8_t **owned, zm_err *err)
 {
     *owned = NULL;
     /* expected[i]: the size codec i was given when the chunk was written,
@@ -626,8 +624,8 @@ static int zm__run_bytes(const zm__zcodec *codecs, unsigned start, unsigned coun
         cur_size = next_size;
     }
     if (want != ZM__SIZE_UNKNOWN && cur_size != want)
-        return free(held), zm_err_set(err, -EIO, "chunk: decoded %zu bytes, expected %zu",
-                                      cur_size, want);
+        return free(held),
+               zm_err_set(err, -EIO, "chunk: decoded %zu bytes, expected %zu", cur_size, want);
     *out = cur;
     *out_size = cur_size;
     *owned = held;
@@ -726,7 +724,7 @@ static void zm__fortran_strides(unsigned rank, const uint64_t *shape, uint64_t *
  * gives. */
 typedef struct zm__reorder {
     unsigned count;
-    uint64_t shape[ZM__ZCODEC_MAX + 1][ZM_MAX_RANK];  /* the shape each step gives */
+    uint64_t shape[ZM__ZCODEC_MAX + 1][ZM_MAX_RANK]; /* the shape each step gives */
     uint64_t from[ZM__ZCODEC_MAX + 1][ZM_MAX_RANK];
 } zm__reorder;
 
@@ -779,8 +777,7 @@ static void zm__swap(uint8_t *bytes, size_t size, unsigned word)
 static int zm__value_count(unsigned rank, const uint64_t *shape, uint64_t *count, zm_err *err)
 {
     if (rank > ZM_MAX_RANK)
-        return zm_err_set(err, -EINVAL, "a chunk of %u dimensions (at most %d)", rank,
-                          ZM_MAX_RANK);
+        return zm_err_set(err, -EINVAL, "a chunk of %u dimensions (at most %d)", rank, ZM_MAX_RANK);
     uint64_t n = 1;
     for (unsigned d = 0; d < rank; d++) {
         if (shape[d] != 0 && n > UINT64_MAX / shape[d])
@@ -877,8 +874,8 @@ int zm__zarr_decode(const zm__zcodec *codecs, unsigned count, int fortran_order,
 /* ---- strings ------------------------------------------------------------------ */
 
 int zm__zarr_decode_strings(const zm__zcodec *codecs, unsigned count, int fortran_order,
-                            unsigned rank, const uint64_t *shape, const uint8_t *in,
-                            size_t in_size, zm_strings *out, zm_err *err)
+                            unsigned rank, const uint64_t *shape, const uint8_t *in, size_t in_size,
+                            zm_strings *out, zm_err *err)
 {
     memset(out, 0, sizeof *out);
     zm__chain chain;
@@ -918,8 +915,7 @@ int zm__zarr_decode_strings(const zm__zcodec *codecs, unsigned count, int fortra
         goto done;
     }
     if (size < 4) {
-        rc = zm_err_set(err, -EIO, "%s: %zu bytes are too few for the count of values", name,
-                        size);
+        rc = zm_err_set(err, -EIO, "%s: %zu bytes are too few for the count of values", name, size);
         goto done;
     }
     uint32_t stored = zm__le32(bytes);
@@ -939,8 +935,8 @@ int zm__zarr_decode_strings(const zm__zcodec *codecs, unsigned count, int fortra
         at += 4;
         if (length > size - at) {
             rc = zm_err_set(err, -EIO,
-                            "%s: value %zu's %u bytes at byte %zu pass the chunk's %zu bytes",
-                            name, i, (unsigned)length, at, size);
+                            "%s: value %zu's %u bytes at byte %zu pass the chunk's %zu bytes", name,
+                            i, (unsigned)length, at, size);
             goto done;
         }
         starts[i] = at;

@@ -49,8 +49,8 @@
 /* Whether c ends a bare token (NaN, a number) in JSON text. */
 static bool zm__delimiter(unsigned char c)
 {
-    return c == ',' || c == ']' || c == '}' || c == ':' || c == ' ' || c == '\t' ||
-           c == '\n' || c == '\r';
+    return c == ',' || c == ']' || c == '}' || c == ':' || c == ' ' || c == '\t' || c == '\n' ||
+           c == '\r';
 }
 
 /* Checks a document's nesting before parsing it, and rewrites the two
@@ -67,7 +67,7 @@ static int zm__json_prepare(const char *key, const char *text, size_t size, char
     *out = NULL;
     *out_size = 0;
     char *copy = NULL;
-    size_t at = 0;  /* bytes of text copied so far (copy != NULL) */
+    size_t at = 0; /* bytes of text copied so far (copy != NULL) */
     size_t used = 0, cap = 0;
     size_t depth = 0;
     bool in_string = false, escape = false;
@@ -224,8 +224,10 @@ static int zm__parse_dims(json_t *v, const char *where, const char *field, bool 
             return zm_err_set(err, -EINVAL, "%s: %s[%zu] is not a non-negative integer", where,
                               field, d);
         if (positive && dims[d] == 0)
-            return zm_err_set(err, -EINVAL, "%s: %s[%zu] is 0 (a chunk has at least one value "
-                              "along each dimension)", where, field, d);
+            return zm_err_set(err, -EINVAL,
+                              "%s: %s[%zu] is 0 (a chunk has at least one value "
+                              "along each dimension)",
+                              where, field, d);
     }
     *rank = (unsigned)n;
     return 0;
@@ -401,7 +403,8 @@ static int zm__v2_fields(json_t *list, zm__zarray *a, const char *where, zm_err 
         if (json_is_array(type) || json_array_size(f) == 3) {
             /* Nested or with a shape: numpy's, not ours. Its size is not
              * needed: the array is refused whole. */
-            zm__set_unsupported(a, "data type: field \"%.100s\" is nested or has a shape", field_name);
+            zm__set_unsupported(a, "data type: field \"%.100s\" is nested or has a shape",
+                                field_name);
             field->value = ZM__ZVALUE_BYTES;
             continue;
         }
@@ -409,8 +412,7 @@ static int zm__v2_fields(json_t *list, zm__zarray *a, const char *where, zm_err 
             return zm_err_set(err, -EINVAL, "%s: dtype field \"%s\" has no numpy type", where,
                               field_name);
         if (t.value == ZM__ZVALUE_VLEN)
-            zm__set_unsupported(a, "data type: field \"%.100s\" holds Python objects",
-                                field_name);
+            zm__set_unsupported(a, "data type: field \"%.100s\" holds Python objects", field_name);
         else if (t.unsupported != NULL)
             zm__set_unsupported(a, "data type: a field of %s is not supported", t.unsupported);
         field->value = t.value;
@@ -567,7 +569,8 @@ static int zm__number_fill(json_t *v, zm_dtype t, uint8_t *to)
             uv = strtoull(s, &end, 10);
             sv = uv > INT64_MAX ? INT64_MAX : (int64_t)uv;
         }
-        if (end == s || *end != '\0' || errno == ERANGE || !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9')))
+        if (end == s || *end != '\0' || errno == ERANGE ||
+            !(s[0] == '-' || (s[0] >= '0' && s[0] <= '9')))
             return 1;
     } else {
         return 1;
@@ -598,9 +601,11 @@ static int32_t zm__utf8_next(const unsigned char **p, const unsigned char *end)
 {
     const unsigned char *s = *p;
     unsigned char c = s[0];
-    size_t length = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
-                                                          : c >= 0xf0 && c <= 0xf4 ? 4
-                                                                                   : 0;
+    size_t length = c < 0x80                 ? 1
+                    : c >= 0xc2 && c <= 0xdf ? 2
+                    : c >= 0xe0 && c <= 0xef ? 3
+                    : c >= 0xf0 && c <= 0xf4 ? 4
+                                             : 0;
     if (length == 0 || (size_t)(end - s) < length)
         return -1;
     uint32_t value = length == 1 ? c : c & (0x7fu >> length);
@@ -648,8 +653,8 @@ static int zm__number_text(json_t *v, char *buffer, size_t size)
 
 /* One value's fill (a field's, or the array's) into to, t's bytes: 0,
  * 1 (the caller names what was wrong). */
-static int zm__value_fill(json_t *v, zm__zvalue value, zm_dtype dtype, size_t size,
-                          int zarr_format, uint8_t *to)
+static int zm__value_fill(json_t *v, zm__zvalue value, zm_dtype dtype, size_t size, int zarr_format,
+                          uint8_t *to)
 {
     switch (value) {
     case ZM__ZVALUE_NUMBER:
@@ -859,8 +864,8 @@ static int zm__v2_codecs(json_t *doc, zm__zarray *a, const char *where, zm_err *
     /* A big-endian dtype implies a byte order to undo (zarr_store.h). */
     if (a->value == ZM__ZVALUE_NUMBER || a->value == ZM__ZVALUE_UNICODE) {
         if (a->big_endian && a->item_size > 1) {
-            int rc = zm__add_codec(a->codecs, &a->codec_count, ZM__ZCODEC_BYTES, "bytes", where,
-                                   err);
+            int rc =
+                zm__add_codec(a->codecs, &a->codec_count, ZM__ZCODEC_BYTES, "bytes", where, err);
             if (rc < 0)
                 return rc;
             a->codecs[0].big_endian = 1;
@@ -876,12 +881,11 @@ static int zm__v2_codecs(json_t *doc, zm__zarray *a, const char *where, zm_err *
         const char *name = json_string_value(id);
         if (strcmp(name, "vlen-utf8") == 0) {
             if (a->value != ZM__ZVALUE_VLEN || i != 0)
-                return zm_err_set(err, -EINVAL,
-                                  "%s: filter vlen-utf8 %s", where,
+                return zm_err_set(err, -EINVAL, "%s: filter vlen-utf8 %s", where,
                                   a->value != ZM__ZVALUE_VLEN ? "on a dtype that is not |O"
                                                               : "after another filter");
-            int rc = zm__add_codec(a->codecs, &a->codec_count, ZM__ZCODEC_VLEN_UTF8, name, where,
-                                   err);
+            int rc =
+                zm__add_codec(a->codecs, &a->codec_count, ZM__ZCODEC_VLEN_UTF8, name, where, err);
             if (rc < 0)
                 return rc;
             continue;
@@ -901,8 +905,7 @@ static int zm__v2_codecs(json_t *doc, zm__zarray *a, const char *where, zm_err *
             return zm_err_set(err, -EINVAL, "%s: compressor has no \"id\"", where);
         int level = 0;
         zm__zcodec_id cid = zm__numcodecs_id(json_string_value(id), compressor, &level);
-        int rc = zm__add_codec(a->codecs, &a->codec_count, cid, json_string_value(id), where,
-                               err);
+        int rc = zm__add_codec(a->codecs, &a->codec_count, cid, json_string_value(id), where, err);
         if (rc < 0)
             return rc;
         a->codecs[a->codec_count - 1].level = level;
@@ -940,8 +943,8 @@ static int zm__v3_sharding(json_t *config, zm__zarray *a, const char *where, zm_
         return rc;
     if (rank != a->rank)
         return zm_err_set(err, -EINVAL,
-                          "%s: sharding_indexed chunk_shape has %u dimensions, the array %u",
-                          where, rank, a->rank);
+                          "%s: sharding_indexed chunk_shape has %u dimensions, the array %u", where,
+                          rank, a->rank);
     uint64_t per = 1;
     for (unsigned d = 0; d < rank; d++) {
         if (a->chunks[d] % s->inner[d] != 0)
@@ -953,8 +956,8 @@ static int zm__v3_sharding(json_t *config, zm__zarray *a, const char *where, zm_
         uint64_t along = a->chunks[d] / s->inner[d];
         if (per > ZM__SHARD_CHUNKS_MAX / along)
             return zm_err_set(err, -EINVAL,
-                              "%s: sharding_indexed: a shard of more than %llu inner chunks",
-                              where, (unsigned long long)ZM__SHARD_CHUNKS_MAX);
+                              "%s: sharding_indexed: a shard of more than %llu inner chunks", where,
+                              (unsigned long long)ZM__SHARD_CHUNKS_MAX);
         per *= along;
     }
     s->per_shard = per;
@@ -963,15 +966,14 @@ static int zm__v3_sharding(json_t *config, zm__zarray *a, const char *where, zm_
                              "sharding_indexed chunk_shape", &inner_values, err)) < 0)
         return rc;
     json_t *location = json_object_get(config, "index_location");
-    if (location == NULL || (json_is_string(location) &&
-                             strcmp(json_string_value(location), "end") == 0))
+    if (location == NULL ||
+        (json_is_string(location) && strcmp(json_string_value(location), "end") == 0))
         s->index_at_start = 0;
     else if (json_is_string(location) && strcmp(json_string_value(location), "start") == 0)
         s->index_at_start = 1;
     else
         return zm_err_set(err, -EINVAL,
-                          "%s: sharding_indexed index_location is not \"start\" or \"end\"",
-                          where);
+                          "%s: sharding_indexed index_location is not \"start\" or \"end\"", where);
     json_t *codecs = json_object_get(config, "codecs");
     if (!json_is_array(codecs))
         return zm_err_set(err, -EINVAL, "%s: sharding_indexed has no codecs list", where);
@@ -1004,8 +1006,7 @@ static int zm__v3_sharding(json_t *config, zm__zarray *a, const char *where, zm_
             if (zm__numcodecs_id(text + 10, cc, &level) == ZM__ZCODEC_CRC32C)
                 id = ZM__ZCODEC_CRC32C;
         }
-        if ((rc = zm__add_codec(s->index_codecs, &s->index_codec_count, id, text, where, err)) <
-            0)
+        if ((rc = zm__add_codec(s->index_codecs, &s->index_codec_count, id, text, where, err)) < 0)
             return rc;
         zm__zcodec *codec = &s->index_codecs[s->index_codec_count - 1];
         if (id == ZM__ZCODEC_BYTES) {
@@ -1047,8 +1048,8 @@ static int zm__v3_chain(json_t *list, zm__zarray *a, unsigned rank, const uint64
         const char *name = json_string_value(name_v);
         json_t *config = json_is_object(c) ? json_object_get(c, "configuration") : NULL;
         if (config != NULL && !json_is_object(config))
-            return zm_err_set(err, -EINVAL, "%s: codec %s's configuration is not an object",
-                              where, name);
+            return zm_err_set(err, -EINVAL, "%s: codec %s's configuration is not an object", where,
+                              name);
         zm__zcodec_id id = ZM__ZCODEC_OTHER;
         int level = 0;
         if (strcmp(name, "bytes") == 0)
@@ -1119,16 +1120,15 @@ static int zm__v3_chain(json_t *list, zm__zarray *a, unsigned rank, const uint64
                                   name, a->dtype_name);
             if (id == ZM__ZCODEC_BYTES) {
                 json_t *endian = json_object_get(config, "endian");
-                if (endian != NULL && !(json_is_string(endian) &&
-                                        (strcmp(json_string_value(endian), "little") == 0 ||
-                                         strcmp(json_string_value(endian), "big") == 0)))
-                    return zm_err_set(err, -EINVAL,
-                                      "%s: bytes endian is not \"little\" or \"big\"", where);
-                codec->big_endian =
-                    endian != NULL && strcmp(json_string_value(endian), "big") == 0;
+                if (endian != NULL &&
+                    !(json_is_string(endian) && (strcmp(json_string_value(endian), "little") == 0 ||
+                                                 strcmp(json_string_value(endian), "big") == 0)))
+                    return zm_err_set(err, -EINVAL, "%s: bytes endian is not \"little\" or \"big\"",
+                                      where);
+                codec->big_endian = endian != NULL && strcmp(json_string_value(endian), "big") == 0;
                 codec->word_size = a->value == ZM__ZVALUE_NUMBER    ? (unsigned)a->item_size
                                    : a->value == ZM__ZVALUE_UNICODE ? 4
-                                                                     : 1;
+                                                                    : 1;
                 if (a->value == ZM__ZVALUE_NUMBER)
                     a->big_endian = codec->big_endian && a->item_size > 1;
                 if (a->value == ZM__ZVALUE_RECORDS && codec->big_endian)
@@ -1167,9 +1167,9 @@ static int zm__v3_simple_type(json_t *v, zm__simple_type *t, char *name, size_t 
         zm_type_class type_class;
         unsigned size;
     } numbers[] = {
-        {"bool", ZM_TYPE_BOOL, 1},    {"int8", ZM_TYPE_INT, 1},     {"int16", ZM_TYPE_INT, 2},
-        {"int32", ZM_TYPE_INT, 4},    {"int64", ZM_TYPE_INT, 8},    {"uint8", ZM_TYPE_UINT, 1},
-        {"uint16", ZM_TYPE_UINT, 2},  {"uint32", ZM_TYPE_UINT, 4},  {"uint64", ZM_TYPE_UINT, 8},
+        {"bool", ZM_TYPE_BOOL, 1},     {"int8", ZM_TYPE_INT, 1},      {"int16", ZM_TYPE_INT, 2},
+        {"int32", ZM_TYPE_INT, 4},     {"int64", ZM_TYPE_INT, 8},     {"uint8", ZM_TYPE_UINT, 1},
+        {"uint16", ZM_TYPE_UINT, 2},   {"uint32", ZM_TYPE_UINT, 4},   {"uint64", ZM_TYPE_UINT, 8},
         {"float32", ZM_TYPE_FLOAT, 4}, {"float64", ZM_TYPE_FLOAT, 8},
     };
     for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
@@ -1191,20 +1191,20 @@ static int zm__v3_simple_type(json_t *v, zm__simple_type *t, char *name, size_t 
         if (zm__get_u64(json_object_get(config, "length_bytes"), &length) < 0 || length == 0 ||
             length > UINT32_MAX)
             return zm_err_set(err, -EINVAL, "%s: data_type %s has no length_bytes", where, s);
-        bool ucs4 = s[0] == 'f' && s[13] == 'u';
+        bool ucs4 = strcmp(s, "fixed_length_utf32") == 0;
         if (ucs4 && length % 4 != 0)
             return zm_err_set(err, -EINVAL,
-                              "%s: data_type %s: length_bytes %llu is not whole characters",
-                              where, s, (unsigned long long)length);
+                              "%s: data_type %s: length_bytes %llu is not whole characters", where,
+                              s, (unsigned long long)length);
         t->value = ucs4 ? ZM__ZVALUE_UNICODE : ZM__ZVALUE_BYTES;
         t->dtype.type_class = ZM_TYPE_STRING;
         t->size = (size_t)length;
         return 0;
     }
     /* Types zarr-python 3 has and we do not read: valid, refused on use. */
-    static const char *const known[] = {"float16", "complex64", "complex128", "bytes",
-                                        "variable_length_bytes", "numpy.datetime64",
-                                        "numpy.timedelta64", "raw_bits"};
+    static const char *const known[] = {
+        "float16",          "complex64",         "complex128", "bytes", "variable_length_bytes",
+        "numpy.datetime64", "numpy.timedelta64", "raw_bits"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(s, known[i]) == 0) {
             t->unsupported = known[i];
@@ -1259,8 +1259,8 @@ static int zm__v3_dtype(json_t *v, zm__zarray *a, const char *where, zm_err *err
                                   i, sizeof field->name - 1);
             for (size_t j = 0; j < i; j++)
                 if (strcmp(a->fields[j].name, field_name) == 0)
-                    return zm_err_set(err, -EINVAL, "%s: data_type names field \"%s\" twice",
-                                      where, field_name);
+                    return zm_err_set(err, -EINVAL, "%s: data_type names field \"%s\" twice", where,
+                                      field_name);
             snprintf(field->name, sizeof field->name, "%s", field_name);
             zm__simple_type t;
             char type_name[64];
@@ -1285,8 +1285,10 @@ static int zm__v3_dtype(json_t *v, zm__zarray *a, const char *where, zm_err *err
             field->size = t.size;
             field->offset = offset;
             if (t.size > SIZE_MAX - offset)
-                return zm_err_set(err, -EINVAL, "%s: data_type's fields take more bytes than "
-                                  "memory holds", where);
+                return zm_err_set(err, -EINVAL,
+                                  "%s: data_type's fields take more bytes than "
+                                  "memory holds",
+                                  where);
             offset += t.size;
         }
         a->value = ZM__ZVALUE_RECORDS;
@@ -1352,8 +1354,8 @@ static int zm__v2_array(json_t *doc, const char *where, zm__zarray **out, zm_err
                              a->chunks, err)) < 0)
         goto fail;
     if (chunk_rank != a->rank) {
-        rc = zm_err_set(err, -EINVAL, "%s: chunks has %u dimensions, shape %u", where,
-                        chunk_rank, a->rank);
+        rc = zm_err_set(err, -EINVAL, "%s: chunks has %u dimensions, shape %u", where, chunk_rank,
+                        a->rank);
         goto fail;
     }
     json_t *dtype = json_object_get(doc, "dtype");
@@ -1376,8 +1378,7 @@ static int zm__v2_array(json_t *doc, const char *where, zm__zarray **out, zm_err
         if ((rc = zm__v2_fields(dtype, a, where, err)) < 0)
             goto fail;
     } else {
-        rc = zm_err_set(err, -EINVAL, "%s: dtype is neither a string nor a list of fields",
-                        where);
+        rc = zm_err_set(err, -EINVAL, "%s: dtype is neither a string nor a list of fields", where);
         goto fail;
     }
     json_t *order = json_object_get(doc, "order");
@@ -1441,9 +1442,9 @@ static int zm__v3_array(json_t *doc, const char *where, zm__zarray **out, zm_err
             a->chunks[d] = 1;
     } else {
         unsigned chunk_rank = 0;
-        if ((rc = zm__parse_dims(json_object_get(json_object_get(grid, "configuration"),
-                                                 "chunk_shape"),
-                                 where, "chunk_shape", true, &chunk_rank, a->chunks, err)) < 0)
+        if ((rc = zm__parse_dims(
+                 json_object_get(json_object_get(grid, "configuration"), "chunk_shape"), where,
+                 "chunk_shape", true, &chunk_rank, a->chunks, err)) < 0)
             goto fail;
         if (chunk_rank != a->rank) {
             rc = zm_err_set(err, -EINVAL, "%s: chunk_shape has %u dimensions, shape %u", where,
@@ -1456,8 +1457,7 @@ static int zm__v3_array(json_t *doc, const char *where, zm__zarray **out, zm_err
     if (!json_is_string(encoding_name) ||
         (strcmp(json_string_value(encoding_name), "default") != 0 &&
          strcmp(json_string_value(encoding_name), "v2") != 0)) {
-        rc = zm_err_set(err, -EINVAL, "%s: chunk_key_encoding is not \"default\" or \"v2\"",
-                        where);
+        rc = zm_err_set(err, -EINVAL, "%s: chunk_key_encoding is not \"default\" or \"v2\"", where);
         goto fail;
     }
     a->key_prefix_c = strcmp(json_string_value(encoding_name), "default") == 0;
@@ -1484,18 +1484,40 @@ static int zm__v3_array(json_t *doc, const char *where, zm__zarray **out, zm_err
         rc = zm_err_set(err, -EINVAL, "%s: codecs is not a list", where);
         goto fail;
     }
-    if ((rc = zm__v3_chain(codecs, a, a->rank, a->chunks, a->codecs, &a->codec_count, false,
-                           where, err)) < 0)
+    if ((rc = zm__v3_chain(codecs, a, a->rank, a->chunks, a->codecs, &a->codec_count, false, where,
+                           err)) < 0)
         goto fail;
+    if (a->shard != NULL && a->codec_count > 1)
+        /* Codecs around the shard would make it one chunk to decode whole
+         * before its index could be read: valid, not what we read. */
+        snprintf(a->unsupported, sizeof a->unsupported, "%s",
+                 "codecs besides sharding_indexed around a shard are not supported");
     if (a->shard != NULL) {
         /* A sharded array's byte order is its inner chunks'. */
         for (unsigned i = 0; i < a->shard->codec_count; i++)
             if (a->shard->codecs[i].id == ZM__ZCODEC_BYTES && a->value == ZM__ZVALUE_NUMBER)
                 a->big_endian = a->shard->codecs[i].big_endian && a->item_size > 1;
     }
+    /* An extension the document says must be understood (an object with
+     * "must_understand": true among the keys v3 does not define). */
+    static const char *const known[] = {
+        "zarr_format",        "node_type",  "shape",  "data_type",  "chunk_grid",
+        "chunk_key_encoding", "fill_value", "codecs", "attributes", "storage_transformers",
+        "dimension_names"};
+    const char *field;
+    json_t *value;
+    json_object_foreach(doc, field, value)
+    {
+        bool defined = false;
+        for (size_t i = 0; i < sizeof known / sizeof known[0] && !defined; i++)
+            defined = strcmp(field, known[i]) == 0;
+        if (!defined && json_is_true(json_object_get(value, "must_understand")))
+            snprintf(a->unsupported, sizeof a->unsupported,
+                     "extension \"%.64s\" must be understood and is not supported", field);
+    }
     json_t *transformers = json_object_get(doc, "storage_transformers");
-    if (transformers != NULL && !(json_is_array(transformers) &&
-                                  json_array_size(transformers) == 0))
+    if (transformers != NULL &&
+        !(json_is_array(transformers) && json_array_size(transformers) == 0))
         snprintf(a->unsupported, sizeof a->unsupported, "%s",
                  "storage_transformers are not supported");
     if (json_object_get(doc, "fill_value") == NULL) {
@@ -1585,10 +1607,10 @@ int zm__zarray_chunk_key(const zm__zarray *array, const char *path, const uint64
 /* ---- the tree ------------------------------------------------------------------------ */
 
 typedef struct zm__zentry {
-    zm__znode node;           /* what callers see: first, so a node is its entry */
-    zm_strings children;      /* known when children_known */
+    zm__znode node;      /* what callers see: first, so a node is its entry */
+    zm_strings children; /* known when children_known */
     int children_known;
-    struct zm__zentry *next;  /* in its hash bucket */
+    struct zm__zentry *next; /* in its hash bucket */
 } zm__zentry;
 
 struct zm__ztree {
@@ -1676,9 +1698,8 @@ static bool zm__path_valid(const char *path, size_t length)
 
 /* A node from its documents: kind, attributes (NULL: none), array (v2's
  * .zarray or v3's whole document, NULL for a group). */
-static int zm__make_node(zm__ztree *tree, const char *path, zm__znode_kind kind,
-                         json_t *attributes, json_t *array_doc, const char *where,
-                         zm__zentry **out, zm_err *err)
+static int zm__make_node(zm__ztree *tree, const char *path, zm__znode_kind kind, json_t *attributes,
+                         json_t *array_doc, const char *where, zm__zentry **out, zm_err *err)
 {
     *out = NULL;
     if (attributes != NULL && !json_is_object(attributes))
@@ -1808,8 +1829,7 @@ static int zm__v2_consolidated(zm__ztree *tree, json_t *doc, zm_err *err)
                 continue;
             size_t path_length = slash ? (size_t)(slash - key) : 0;
             if (!zm__path_valid(key, path_length) || (slash != NULL && path_length == 0))
-                return zm_err_set(err, -EINVAL, ".zmetadata: key \"%.200s\" is not a node's",
-                                  key);
+                return zm_err_set(err, -EINVAL, ".zmetadata: key \"%.200s\" is not a node's", key);
             char where[4096];
             snprintf(where, sizeof where, ".zmetadata: %.*s", (int)key_length, key);
             char *path = strndup(key, path_length);
@@ -1832,9 +1852,8 @@ static int zm__v2_consolidated(zm__ztree *tree, json_t *doc, zm_err *err)
                 }
                 zm__zentry *e;
                 if (rc == 0)
-                    rc = zm__make_node(tree, path,
-                                       pass == 0 ? ZM__ZNODE_ARRAY : ZM__ZNODE_GROUP, NULL,
-                                       value, where, &e, err);
+                    rc = zm__make_node(tree, path, pass == 0 ? ZM__ZNODE_ARRAY : ZM__ZNODE_GROUP,
+                                       NULL, value, where, &e, err);
             }
             free(path);
             if (rc < 0)
@@ -1880,8 +1899,8 @@ static int zm__v3_consolidated(zm__ztree *tree, json_t *metadata, const char *pr
             rc = 0; /* named twice (nested and flat): the first holds */
         else if ((rc = zm__v3_kind(value, where, &kind, err)) == 0) {
             zm__zentry *e;
-            rc = zm__make_node(tree, path, kind, json_object_get(value, "attributes"), value,
-                               where, &e, err);
+            rc = zm__make_node(tree, path, kind, json_object_get(value, "attributes"), value, where,
+                               &e, err);
             json_t *inner = json_object_get(value, "consolidated_metadata");
             json_t *inner_metadata = json_object_get(inner, "metadata");
             if (rc == 0 && kind == ZM__ZNODE_GROUP && json_is_object(inner_metadata))
@@ -1940,8 +1959,7 @@ static int zm__link_children(zm__ztree *tree, zm_err *err)
     if (all == NULL || names == NULL) {
         free(all);
         free(names);
-        return zm_err_set(err, -ENOMEM, "metadata: out of memory for %zu nodes",
-                          tree->entry_count);
+        return zm_err_set(err, -ENOMEM, "metadata: out of memory for %zu nodes", tree->entry_count);
     }
     size_t n = 0;
     for (size_t b = 0; b < tree->bucket_count; b++)
@@ -2007,7 +2025,8 @@ int zm__ztree_open(zm__store *store, zm__ztree **out, zm_err *err)
         if (kind == ZM__ZNODE_GROUP && json_is_object(consolidated) && json_is_string(kind_v) &&
             strcmp(json_string_value(kind_v), "inline") == 0) {
             if (!json_is_object(metadata)) {
-                rc = zm_err_set(err, -EINVAL, "zarr.json: consolidated_metadata has no metadata "
+                rc = zm_err_set(err, -EINVAL,
+                                "zarr.json: consolidated_metadata has no metadata "
                                 "object");
                 goto fail;
             }
@@ -2065,9 +2084,18 @@ void zm__ztree_close(zm__ztree *tree)
     free(tree);
 }
 
-int zm__ztree_format(const zm__ztree *tree) { return tree->format; }
-int zm__ztree_consolidated(const zm__ztree *tree) { return tree->consolidated; }
-uint64_t zm__ztree_bytes_read(const zm__ztree *tree) { return tree->bytes_read; }
+int zm__ztree_format(const zm__ztree *tree)
+{
+    return tree->format;
+}
+int zm__ztree_consolidated(const zm__ztree *tree)
+{
+    return tree->consolidated;
+}
+uint64_t zm__ztree_bytes_read(const zm__ztree *tree)
+{
+    return tree->bytes_read;
+}
 
 int zm__ztree_node(zm__ztree *tree, const char *path, const zm__znode **out, zm_err *err)
 {
@@ -2136,6 +2164,7 @@ int zm__ztree_children(zm__ztree *tree, const char *path, zm_strings *names, zm_
         rc = zm__store_list(tree->store, path, &listed, err);
         if (rc < 0 && rc != -ENOENT)
             return rc;
+        rc = 0; /* nothing below: no children */
         const char **kept = calloc(listed.count ? listed.count : 1, sizeof *kept);
         char *copy = malloc((listed.count ? listed.offsets[listed.count] : 0) + listed.count + 1);
         if (kept == NULL || copy == NULL) {
