@@ -137,6 +137,8 @@ typedef enum zm__zcodec_id {
     ZM__ZCODEC_BZ2,
     ZM__ZCODEC_CRC32C,    /* v3: a 4-byte CRC-32C at the end */
     ZM__ZCODEC_SHARDING,  /* v3 sharding_indexed: see zm__zshard */
+    ZM__ZCODEC_OTHER,     /* a codec the metadata names that zarr_codecs.c does not
+                           * decode (name says which): zm__zarray_supported refuses it */
 } zm__zcodec_id;
 
 typedef struct zm__zcodec {
@@ -145,6 +147,10 @@ typedef struct zm__zcodec {
     int level;               /* compressors' level (unused when decoding) */
     unsigned order[8];       /* TRANSPOSE: the permutation */
     int big_endian;          /* BYTES */
+    /* BYTES, big_endian: the bytes of one number swapped (a number's size,
+     * 4 for UCS-4 text); 1 where nothing is swapped (bytes, records: a
+     * record's fields say their own order, zm__zfield.big_endian). */
+    unsigned word_size;
 } zm__zcodec;
 
 #define ZM__ZCODEC_MAX 16
@@ -179,15 +185,33 @@ typedef struct zm__zarray {
      * a chunk never written is an error, not a value. */
     uint8_t fill[16];
     int fill_missing;
+    /* The fill as zm__zarr_decode's output holds one value (item_size bytes:
+     * NUMBER in native order, BYTES, UNICODE, RECORDS as stored), or for
+     * VLEN the fill string's UTF-8 (fill_size bytes, NUL after them);
+     * owned; fill[] holds the same when it fits. With fill_missing: the
+     * type's zero (VLEN: ""), which zarr-python 3 reads a chunk never
+     * written as, and leaves such chunks out when writing: ../shared/data's
+     * v2 stores (anndata 0.13) have 0-d arrays of fill null and no chunk.
+     * A reader that follows zarr-python 3 uses it; one that keeps to the
+     * rule above refuses. NULL only for a type we do not read. */
+    uint8_t *fill_bytes;
+    size_t fill_size;
     /* Chunk keys: v2 "0.1" (separator '.' or '/'); v3 "default" "c/0/1"
      * (separator '/' or '.') or "v2" "0.1". */
     int key_prefix_c;        /* the "c" of v3's default encoding */
     char separator;
     /* The chain, in the order written (v2: filters then the compressor;
-     * v3: the metadata's codecs), decoded in reverse. */
+     * v3: the metadata's codecs), decoded in reverse. A v2 array whose
+     * dtype is big-endian (">i4", ">U3") has a "bytes" codec first that
+     * its dtype implies (big_endian, word_size), so that decoding swaps its
+     * values as v3's bytes codec does. */
     zm__zcodec codecs[ZM__ZCODEC_MAX];
     unsigned codec_count;
     zm__zshard *shard;       /* sharding_indexed, else NULL */
+    /* Why the values cannot be read though the metadata is valid Zarr (a
+     * data type we do not read: "data type \"<f2\" (float16) is not
+     * supported"), "" when they can: zm__zarray_supported says it. */
+    char unsupported[160];
 } zm__zarray;
 
 /* sharding_indexed: the shard (zm__zarray.chunks) holds inner chunks. */
@@ -257,13 +281,17 @@ int zm__zarray_chunk_key(const zm__zarray *array, const char *path, const uint64
  * (rank dims), item_size one stored value's bytes. -EIO with a reason
  * naming the codec and what was wrong (a stream that does not decode, a
  * size that is not the chunk's, a CRC-32C that does not match), -ENOTSUP
- * for a codec it does not decode, -ENOMEM. Thread-safe. */
+ * for a codec it does not decode, -ENOMEM. Thread-safe. A shard is not
+ * one chunk (sharding_indexed: -ENOTSUP): its inner chunks are, each
+ * decoded through zm__zshard.codecs where zm__zshard_index puts it. */
 int zm__zarr_decode(const zm__zcodec *codecs, unsigned count, int fortran_order, unsigned rank,
                     const uint64_t *shape, size_t item_size, const uint8_t *in, size_t in_size,
                     uint8_t *out, size_t raw_size, zm_err *err);
 
-/* The same for a chunk of variable-length strings (the chain ends with
- * vlen-utf8): count values into *out (C order). */
+/* The same for a chunk of variable-length strings (vlen-utf8 its
+ * array-to-bytes codec): its values, as many as shape holds, into *out (C
+ * order; zm_strings_free frees them). -EIO also when the chunk holds
+ * another count of values or a length past its end. */
 int zm__zarr_decode_strings(const zm__zcodec *codecs, unsigned count, int fortran_order,
                             unsigned rank, const uint64_t *shape, const uint8_t *in,
                             size_t in_size, zm_strings *out, zm_err *err);
@@ -272,7 +300,8 @@ int zm__zarr_decode_strings(const zm__zcodec *codecs, unsigned count, int fortra
  * its per_shard inner chunks (C order over the shard's inner grid):
  * UINT64_MAX for both where a chunk is absent. Checked: the index's
  * CRC-32C (with crc32c), every present chunk within shard_size bytes of
- * the shard and not overlapping the index. -EIO naming what was wrong. */
+ * the shard, overlapping neither the index nor another chunk. -EIO naming
+ * what was wrong. */
 int zm__zshard_index(const zm__zshard *shard, const uint8_t *index, size_t index_bytes,
                      uint64_t shard_size, uint64_t *offsets, uint64_t *sizes, zm_err *err);
 
