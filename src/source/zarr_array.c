@@ -60,12 +60,6 @@ static uint64_t times(uint64_t a, uint64_t b)
     return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b;
 }
 
-static void swap_bytes(uint8_t *bytes, size_t count, size_t size)
-{
-    if (size > 1)
-        zm__swap_bytes(bytes, count, size);
-}
-
 /* ---- Describing --------------------------------------------------------------- */
 
 int zm__zarr_array_open(zm_source *source, zm__store *store, const zm__znode *node,
@@ -414,10 +408,10 @@ int zm__zarr_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *
         return rc;
     size_t size = array->info.dtype.size;
     if (c.bytes == NULL) {
-        /* Never written: the fill value, where Zarr gives one. */
-        if (m->fill_missing)
-            return zm_err_set(err, -EIO, "%s: chunk %s is missing and the array has no fill value",
-                              array->file_path, c.key);
+        /* Never written: the fill value. A v2 array whose fill_value is
+         * null has none; zarr-python 3 reads such a chunk as zeros (and
+         * writes stores that rely on it: it leaves out chunks equal to
+         * that), and anndata reads them so: array->fill is zeros then. */
         zm__fill_values(raw, raw_size / size, array);
         return 0;
     }
