@@ -257,9 +257,16 @@ uint64_t zm__ztree_bytes_read(const zm__ztree *tree);
 
 /* The node at path ("" for the root; no leading or trailing '/'), read on
  * first use (then kept) where the metadata is not consolidated: -ENOENT
- * when there is none, -EINVAL for bad metadata (the reason names the key). */
+ * when there is none, -EINVAL for bad metadata (the reason names the key)
+ * or a path with an empty, "." or ".." name. zm__ztree_node and
+ * zm__ztree_children keep what they read: one thread at a time calls them
+ * (the reader builds its model in one); the nodes they return stay as
+ * they are until zm__ztree_close, readable from any thread. */
 int zm__ztree_node(zm__ztree *tree, const char *path, const zm__znode **out, zm_err *err);
-/* The names of a group's children (groups and arrays), sorted bytewise. */
+/* The names of a group's children (groups and arrays), sorted bytewise,
+ * into names (zm_strings_free frees them); -ENOTDIR for an array. Not
+ * consolidated: the names the store lists below the group that hold a
+ * node's document (.zarray or .zgroup; zarr.json). */
 int zm__ztree_children(zm__ztree *tree, const char *path, zm_strings *names, zm_err *err);
 
 /* 0 if every codec of the array's chains is one zarr_codecs.c decodes;
