@@ -401,7 +401,6 @@ int zm__zarr_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *
                    size_t raw_size, zm_err *err)
 {
     struct zm__zarr_array *z = array->zarr;
-    const zm__zarray *m = z->meta;
     stored_chunk c;
     int rc = read_stored_chunk(source, array, chunk, &c, err);
     if (rc != 0)
@@ -417,9 +416,10 @@ int zm__zarr_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *
     }
     rc = decode_values(array, &c, size, raw, raw_size, err);
     free(c.bytes);
-    /* v3's bytes codec says the order, and zm__zarr_decode undoes it; v2's
-     * is in the dtype. */
-    int big = z->field ? z->field->big_endian : (m->zarr_format == 2 && m->big_endian);
+    /* zm__zarr_decode gives native order (a v2 big-endian dtype has a bytes
+     * codec implied); a structured array's records come as stored, each
+     * field in its own order. */
+    int big = z->field ? z->field->big_endian && z->field->value == ZM__ZVALUE_NUMBER : 0;
     if (rc == 0 && big && size > 1)
         zm__swap_bytes(raw, raw_size / size, size);
     return rc;
@@ -534,7 +534,7 @@ static int chunk_strings(zm_source *source, zm_array *array, uint64_t chunk, zm_
     /* Fixed-length bytes or UCS-4: decoded as values, then made strings
      * with the NULs at their ends dropped (as numpy reads them). */
     size_t item = z->field ? z->field->size : m->item_size;
-    int big = z->field ? z->field->big_endian : m->big_endian;
+    int big = z->field ? z->field->big_endian : 0; /* whole arrays come native (above) */
     size_t raw_size = count * item;
     uint8_t *raw = malloc(raw_size ? raw_size : 1);
     char *text = malloc(item + 1);

@@ -203,14 +203,34 @@ static int zarr_attribute_bool(const zm__container *c, const char *path, const c
     return 0;
 }
 
+/* anndata 0.7 wrote a categorical column's "categories" as the path of
+ * its categories from the dataframe's group ("__categories/cell_type"):
+ * a store's reference, resolved here (never past the store's root). */
 static int zarr_attribute_reference(const zm__container *c, const char *path, const char *name,
                                     char **target)
 {
-    (void)c;
-    (void)path;
-    (void)name;
     *target = NULL;
-    return -ENOENT; /* a store has no references */
+    json_t *v = attribute(c, path, name);
+    if (v == NULL)
+        return -ENOENT;
+    if (!json_is_string(v))
+        return -EINVAL;
+    const char *relative = json_string_value(v);
+    const char *slash = strrchr(path, '/');
+    size_t parent = slash ? (size_t)(slash - path) : 0;
+    if (relative[0] == '\0' || relative[0] == '/' || strstr(relative, "..") != NULL ||
+        parent + 1 + strlen(relative) > ZM_ELEMENT_PATH_MAX)
+        return -EINVAL;
+    size_t n = parent + 1 + strlen(relative) + 1;
+    if ((*target = malloc(n)) == NULL)
+        return -ENOMEM;
+    snprintf(*target, n, "%.*s/%s", (int)parent, path, relative);
+    if (zarr_node_type(c, *target) != ZM__NODE_ARRAY) {
+        free(*target);
+        *target = NULL;
+        return -EINVAL;
+    }
+    return 0;
 }
 
 static int zarr_list(const zm__container *c, const char *path, zm_strings *names)
