@@ -278,8 +278,18 @@ int zm__fs_config_resolve(zm__fs_config *config, zm_err *err)
         return rc;
     if (stat(config->source, &config->source_stat) != 0)
         return zm_err_set(err, -errno, "source '%s': %s", config->source, strerror(errno));
-    if (!S_ISREG(config->source_stat.st_mode))
-        return zm_err_set(err, -EINVAL, "source '%s': not a regular file", config->source);
+    if (!S_ISREG(config->source_stat.st_mode) && !S_ISDIR(config->source_stat.st_mode))
+        return zm_err_set(err, -EINVAL,
+                          "source '%s': neither a regular file nor a directory (a Zarr store)",
+                          config->source);
+    /* A directory store mounted inside itself would be read through the
+     * mount: its walk at start would wait on the daemon that makes it. */
+    size_t n = strlen(config->source);
+    if (S_ISDIR(config->source_stat.st_mode) &&
+        strncmp(config->mountpoint, config->source, n) == 0 &&
+        (config->mountpoint[n] == '/' || config->mountpoint[n] == '\0' || n == 1))
+        return zm_err_set(err, -EINVAL, "mount point '%s' lies inside the source store '%s'",
+                          config->mountpoint, config->source);
     struct stat mountpoint;
     if (stat(config->mountpoint, &mountpoint) != 0)
         return zm_err_set(err, -errno, "mount point '%s': %s", config->mountpoint, strerror(errno));
