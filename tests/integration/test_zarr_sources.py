@@ -18,6 +18,11 @@ the root's source record (zarrmount.source in .zattrs, and in .zmetadata) aside.
 with the default B0 are not compared: B0 follows the source's own chunks (spec: "blocks"), which
 the two containers choose apart. inspect names the container and the Zarr version.
 
+Shared data's v2 stores (zarr/10x-10k-subset.legacy-0.6.zarr, a pre-0.7 layout; the two anndata
+0.7 ZipStores in synthetic/): each view equals anndata.read_zarr of the store subset to its cells
+(anndata 0.8, or readers.py's zarr-python reading where anndata is not installed). zarr-python 2
+cannot open the v3 stores; theirs is the comparison with the .h5ad above.
+
 Damage (copies of a store, changed here): a chunk file missing from a sparse matrix's pointers,
 a truncated shard, a shard index pointing past its shard, a metadata document that is not JSON, a
 compressor we do not have, and a store changed under a mount: each a clear error naming what was
@@ -35,6 +40,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from live_mount import BINARY, Mount, check, report  # noqa: E402
+import views as V  # noqa: E402
 
 ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
 SHARED = os.environ.get("ZM_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
@@ -50,11 +56,11 @@ def inspect(path):
     return json.loads(done.stdout)
 
 
-def views(n, flag):
-    """The views compared; flag: a bool obs column, for a where/ view."""
+def views(n, where):
+    """The views compared; where: an obs column and value ("passed/true") for a where/ view."""
     third, half = max(1, n // 3), max(1, n // 2)
     return ["file", "full", f"uniform/seed0/k={third}", f"uniform/seed7/k={half}",
-            f"blocks/B=3/seed5/k={max(1, n // 4)}", f"where/{flag}/true/uniform/seed0/k=3"]
+            f"blocks/B=3/seed5/k={max(1, n // 4)}", f"where/{where}/uniform/seed0/k=3"]
 
 
 def without_source(text):
@@ -89,7 +95,7 @@ def walk(top):
 def first_difference(got, want):
     for key in sorted(set(got) | set(want)):
         if key not in got:
-            return f"{key}: only in the .h5ad's view"
+            return f"{key}: only in the reference's view"
         if key not in want:
             return f"{key}: only in the Zarr store's view"
         if got[key] != want[key]:
@@ -99,12 +105,12 @@ def first_difference(got, want):
     return None
 
 
-def compare_forms(label, h5ad, forms, flag):
+def compare_forms(label, h5ad, forms, where):
     """Every view of each form's mount equals the .h5ad's, file for file."""
     n = inspect(h5ad)["nObs"]
     wanted = {}
     with Mount(h5ad, *OPTIONS, debug=False) as mount:
-        for view in views(n, flag):
+        for view in views(n, where):
             try:
                 wanted[view] = walk(os.path.join(mount.point, view))
             except Exception:
@@ -121,7 +127,7 @@ def compare_forms(label, h5ad, forms, flag):
                     mounted = json.load(f)
                 check(f"{label} {form}: info.json names the container and Zarr version",
                       mounted.get("container") == container and mounted.get("zarrFormat") == info.get("zarrFormat"))
-                for view in views(n, flag):
+                for view in views(n, where):
                     if view not in wanted:
                         continue
                     got = walk(os.path.join(mount.point, view))
@@ -144,6 +150,30 @@ def modern_forms(stem):
                 ("v3 directory (sharded)", ".v3.zarr"), ("v3 directory (unsharded)", ".v3-unsharded.zarr"),
                 ("v3 directory (multi-shard)", ".v3-sharded.zarr"), ("v3 zip", ".v3.zarr.zip")]
     return [(form, os.path.join(MODERN, stem + suffix)) for form, suffix in suffixes]
+
+
+def shared_references():
+    """Each shared v2 store's views against anndata.read_zarr of the store."""
+    import zarr
+    stores = [os.path.join(SHARED, "zarr", "10x-10k-subset.legacy-0.6.zarr"),
+              os.path.join(SHARED, "synthetic", "anndata-0.7.0-archive.zarr.zip"),
+              os.path.join(SHARED, "synthetic", "anndata-0.7.8-archive.zarr.zip")]
+    for path in stores:
+        name = os.path.relpath(path, SHARED)
+        if not os.path.exists(path):
+            check(f"{name} # SKIP ../shared/data is not here", True)
+            continue
+        source = zarr.ZipStore(path, mode="r") if path.endswith(".zip") else path
+        ref = V.read_view(source)
+        n = inspect(path)["nObs"]
+        with Mount(path, *OPTIONS, debug=False) as mount:
+            for view, method, order in (("file", "file", V.order_of("file", n)),
+                                        ("full", "full", V.order_of("uniform", n, 0, n)),
+                                        (f"uniform/seed3/k={max(1, n // 3)}", "uniform",
+                                         V.order_of("uniform", n, 3, max(1, n // 3)))):
+                V.attempt(f"{name} {view}: anndata.read_zarr of the view is the store's, subset to its cells",
+                          lambda: V.check_view(V.read_view(os.path.join(mount.point, view)), ref, order,
+                                               method, n))
 
 
 # ---- damage -------------------------------------------------------------------------------
@@ -282,12 +312,17 @@ def main():
         for name, forms in sorted(made.items()):
             compare_forms(name, forms["h5ad"],
                           [(form, path) for form, path in sorted(forms.items()) if form != "h5ad"],
-                          "passed")
+                          "passed/true")
         if os.path.isdir(MODERN):
             for stem in ("modern-tiny-300x120", "modern-pbmc-1200x400"):
-                compare_forms(stem, os.path.join(MODERN, stem + ".h5ad"), modern_forms(stem), "passed_qc")
+                compare_forms(stem, os.path.join(MODERN, stem + ".h5ad"), modern_forms(stem), "passed_qc/true")
         else:
             check("the modern/ stores # SKIP ../shared/data/modern is not here", True)
+        # The shared v3 ZipStore and the directory it was unpacked into: the same views.
+        shared_dir = os.path.join(SHARED, "zarr", "pbmc68k_reduced.zarr")
+        if os.path.isdir(shared_dir):
+            compare_forms("zarr/pbmc68k_reduced", shared_dir, [("zip", shared_dir + ".zip")], "phase/G1")
+        shared_references()
         damage(work, made)
     except Exception:
         check("the test ran to its end", False, traceback.format_exc())
