@@ -896,9 +896,10 @@ Test(zarr_store, directory_store_sees_its_files_change)
     rc = zm__store_locate(o.store, "obs/a/2", &stored, &err);
     cr_expect_eq(rc, -EIO, "a file added: %d", rc);
     cr_expect(strstr(err.reason, "obs/a/2") && strstr(err.reason, "appeared"), "%s", err.reason);
+    /* check reads the documents read at open (at every read of a mount:
+     * never every directory); a new file is locate's to find, above. */
     rc = zm__store_check(o.store, &err);
-    cr_expect_eq(rc, -EIO, "a file added: check %d", rc);
-    cr_expect(strstr(err.reason, "obs/a") != NULL, "%s", err.reason);
+    cr_expect_eq(rc, 0, "a file added: check %d (%s)", rc, err.reason);
     cr_assert_eq(open_store(t.store, &fresh, &err), 0);
     zm__store_identity(fresh.store, &after);
     cr_expect_neq(after.digest, before.digest);
@@ -928,7 +929,6 @@ Test(zarr_store, directory_store_sees_its_files_change)
     rc = zm__store_locate(o.store, "deep/er/and/deeper/file", &stored, &err);
     cr_expect_eq(rc, -EIO, "through a link: %d (%s)", rc, err.reason);
     cr_expect(strstr(err.reason, "deep/er/and/deeper/file") != NULL, "%s", err.reason);
-    cr_expect_neq(zm__store_check(o.store, &err), 0);
     close_store(&o);
 
     /* The store's path naming another directory. */

@@ -495,8 +495,8 @@ static size_t utf8_put(uint32_t c, char *out)
 
 /* Every string of one chunk (C order over the chunk's shape), whatever
  * their stored form. */
-static int chunk_strings(zm_source *source, zm_array *array, uint64_t chunk, zm_strings *out,
-                         zm_err *err)
+static int decode_chunk_strings(zm_source *source, zm_array *array, uint64_t chunk,
+                                zm_strings *out, zm_err *err)
 {
     struct zm__zarr_array *z = array->zarr;
     const zm__zarray *m = z->meta;
@@ -578,6 +578,91 @@ static int chunk_strings(zm_source *source, zm_array *array, uint64_t chunk, zm_
     }
     zm__count_chunk(source);
     *out = b.s;
+    return 0;
+}
+
+/* A chunk's strings as the cache keeps them: one block, the count (8
+ * bytes), count + 1 offsets (8 bytes each) and the bytes. A string column
+ * read for each chunk of a view's column (and each view) decodes each of
+ * its chunks once, as numbers do. */
+struct strings_load {
+    zm_source *source;
+    zm_array *array;
+    uint64_t chunk;
+};
+
+static int load_strings(void *context, uint8_t **bytes, size_t *size, zm_err *err)
+{
+    struct strings_load *l = context;
+    zm_strings s;
+    int rc = decode_chunk_strings(l->source, l->array, l->chunk, &s, err);
+    if (rc != 0)
+        return rc;
+    size_t text = s.count ? s.offsets[s.count] : 0;
+    size_t n = 8 + (s.count + 1) * 8 + text;
+    uint8_t *block = malloc(n);
+    if (block == NULL) {
+        zm_strings_free(&s);
+        return zm_err_set(err, -ENOMEM, "%s: out of memory for a chunk's strings",
+                          l->array->file_path);
+    }
+    uint64_t count = s.count;
+    memcpy(block, &count, 8);
+    if (s.count)
+        memcpy(block + 8, s.offsets, (s.count + 1) * 8);
+    else
+        memset(block + 8, 0, 8);
+    memcpy(block + 8 + (s.count + 1) * 8, s.bytes ? s.bytes : "", text);
+    zm_strings_free(&s);
+    *bytes = block;
+    *size = n;
+    return 0;
+}
+
+/* A cached chunk's strings: ref holds the block; *view points into it
+ * (never freed: released with ref). */
+static int chunk_strings_ref(zm_source *source, zm_array *array, uint64_t chunk, zm_cache_ref *ref,
+                             zm_strings *view, zm_err *err)
+{
+    struct {
+        uint64_t serial, chunk, strings;
+    } key_bytes = {array->serial, chunk, 1};
+    struct strings_load l = {source, array, chunk};
+    int rc = zm_cache_get(source->cache, zm_cache_key(&key_bytes, sizeof key_bytes), load_strings,
+                          &l, ref, err);
+    if (rc != 0)
+        return rc;
+    uint64_t count;
+    memcpy(&count, ref->bytes, 8);
+    view->count = count;
+    view->offsets = (uint64_t *)(uintptr_t)(ref->bytes + 8);
+    view->bytes = (char *)(uintptr_t)(ref->bytes + 8 + (count + 1) * 8);
+    return 0;
+}
+
+/* A chunk's strings, copied out of the cache (the caller frees them). */
+static int chunk_strings(zm_source *source, zm_array *array, uint64_t chunk, zm_strings *out,
+                         zm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    zm_cache_ref ref;
+    zm_strings view;
+    int rc = chunk_strings_ref(source, array, chunk, &ref, &view, err);
+    if (rc != 0)
+        return rc;
+    size_t text = view.offsets[view.count];
+    out->offsets = malloc((view.count + 1) * sizeof *out->offsets);
+    out->bytes = malloc(text + 1);
+    if (out->offsets == NULL || out->bytes == NULL) {
+        zm_cache_release(source->cache, &ref);
+        zm_strings_free(out);
+        return zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
+    }
+    memcpy(out->offsets, view.offsets, (view.count + 1) * sizeof *out->offsets);
+    memcpy(out->bytes, view.bytes, text);
+    out->bytes[text] = '\0';
+    out->count = view.count;
+    zm_cache_release(source->cache, &ref);
     return 0;
 }
 
@@ -681,13 +766,15 @@ int zm__zarr_read_strings(zm_source *source, zm_array *array, const uint64_t *ro
         *out = b.s;
         return 0;
     }
-    /* 1-d, some rows: only the chunks they lie in, each decoded once. */
+    /* 1-d, some rows: only the chunks they lie in, each decoded once and
+     * kept in the cache. */
     string_builder b = {0};
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < count;) {
         uint64_t chunk = rows[i] / array->chunk[0];
+        zm_cache_ref ref;
         zm_strings piece;
-        if ((rc = chunk_strings(source, array, chunk, &piece, err)) != 0)
+        if ((rc = chunk_strings_ref(source, array, chunk, &ref, &piece, err)) != 0)
             break;
         uint64_t first = chunk * array->chunk[0];
         for (; rc == 0 && i < count && rows[i] / array->chunk[0] == chunk; i++) {
@@ -698,7 +785,7 @@ int zm__zarr_read_strings(zm_source *source, zm_array *array, const uint64_t *ro
                                  piece.offsets[at + 1] - piece.offsets[at]) != 0)
                 rc = zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
         }
-        zm_strings_free(&piece);
+        zm_cache_release(source->cache, &ref);
     }
     if (rc == 0 && b.s.offsets == NULL) {
         b.s.offsets = calloc(1, sizeof *b.s.offsets);

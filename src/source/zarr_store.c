@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -100,9 +101,14 @@ struct zm__store {
      * central directory starts (members lie before it). */
     _Atomic uint64_t *data_offsets;
     uint64_t central_start;
-    /* Directory: the keys zm__store_get read (checked by zm__store_check),
-     * and its directories. */
+    /* Directory: the keys zm__store_get read (checked by zm__store_check):
+     * a flag per entry, and the entries flagged, in a list (the check runs
+     * at every read of a mount: it walks the documents read, never every
+     * file), and its directories. */
     atomic_uchar *got;
+    pthread_mutex_t got_mutex;
+    size_t *got_list;
+    size_t got_count, got_capacity;
     zm__dir *dirs;
     size_t dir_count;
     char *dir_names;
@@ -1039,6 +1045,8 @@ int zm__store_open(int fd, const char *path, zm__store **out, zm_err *err)
         return zm_err_set(err, -EINVAL, "%s is %s: a Zarr store is a directory or a zip file", path,
                           zm__file_kind(st.st_mode));
     zm__store *store = calloc(1, sizeof *store);
+    if (store != NULL)
+        pthread_mutex_init(&store->got_mutex, NULL);
     if (store == NULL || (store->path = strdup(path)) == NULL) {
         free(store);
         return zm_err_set(err, -ENOMEM, "%s: out of memory", path);
@@ -1063,6 +1071,8 @@ void zm__store_close(zm__store *store)
     free(store->names);
     free(store->data_offsets);
     free(store->got);
+    free(store->got_list);
+    pthread_mutex_destroy(&store->got_mutex);
     free(store->dirs);
     free(store->dir_names);
     free(store->path);
@@ -1183,8 +1193,20 @@ int zm__store_get(zm__store *store, const char *key, size_t limit, uint8_t **byt
         return rc;
     }
     value[stored.raw_size] = '\0';
-    if (store->kind == ZM__STORE_DIRECTORY)
-        atomic_store_explicit(&store->got[e - store->entries], 1, memory_order_relaxed);
+    if (store->kind == ZM__STORE_DIRECTORY &&
+        !atomic_exchange_explicit(&store->got[e - store->entries], 1, memory_order_relaxed)) {
+        pthread_mutex_lock(&store->got_mutex);
+        if (zm__grow((void **)&store->got_list, &store->got_capacity, store->got_count,
+                     sizeof *store->got_list) == 0)
+            store->got_list[store->got_count++] = (size_t)(e - store->entries);
+        else
+            rc = -ENOMEM;
+        pthread_mutex_unlock(&store->got_mutex);
+        if (rc != 0) {
+            free(value);
+            return zm_err_set(err, -ENOMEM, "%s: %s: out of memory", store->path, key);
+        }
+    }
     *bytes = value;
     *size = (size_t)stored.raw_size;
     return 0;
@@ -1314,30 +1336,20 @@ int zm__store_check(zm__store *store, zm_err *err)
         return zm_err_set(err, -EIO,
                           "%s: names another directory than the one the store was opened from",
                           store->path);
-    int rc;
-    for (size_t i = 0; i < store->dir_count; i++) {
-        const zm__dir *d = &store->dirs[i];
-        int r = d->path[0] ? fstatat(store->fd, d->path, &st, AT_SYMLINK_NOFOLLOW)
-                           : fstat(store->fd, &st);
-        if (r != 0)
-            return zm_err_set(err, -EIO,
-                              "%s: directory %s is gone since the store was opened "
-                              "(%s)",
-                              store->path, d->path[0] ? d->path : ".", strerror(errno));
-        char what[PATH_MAX + 16];
-        snprintf(what, sizeof what, "directory %s", d->path[0] ? d->path : ".");
-        if ((rc = zm__check_stat(store, what, &st, 1, d->size, d->mtime_ns, err)) != 0)
-            return rc;
-    }
-    for (size_t i = 0; i < store->count; i++) {
-        if (!atomic_load_explicit(&store->got[i], memory_order_relaxed))
-            continue;
-        const zm__entry *e = &store->entries[i];
+    /* The documents read at open. A chunk file is checked as it is opened
+     * (zm__store_locate: a file changed, gone, or new where the manifest
+     * had none is EIO), so every byte served is covered without stating
+     * every directory at every read. */
+    int rc = 0;
+    pthread_mutex_lock(&store->got_mutex);
+    for (size_t i = 0; rc == 0 && i < store->got_count; i++) {
+        const zm__entry *e = &store->entries[store->got_list[i]];
         if (fstatat(store->fd, e->key, &st, AT_SYMLINK_NOFOLLOW) != 0)
-            return zm_err_set(err, -EIO, "%s: %s is gone since the store was opened (%s)",
-                              store->path, e->key, strerror(errno));
-        if ((rc = zm__check_stat(store, e->key, &st, 0, e->size, e->mtime_ns, err)) != 0)
-            return rc;
+            rc = zm_err_set(err, -EIO, "%s: %s is gone since the store was opened (%s)",
+                            store->path, e->key, strerror(errno));
+        else
+            rc = zm__check_stat(store, e->key, &st, 0, e->size, e->mtime_ns, err);
     }
-    return 0;
+    pthread_mutex_unlock(&store->got_mutex);
+    return rc;
 }

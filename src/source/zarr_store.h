@@ -104,12 +104,13 @@ int zm__store_list(zm__store *store, const char *prefix, zm_strings *names, zm_e
 void zm__store_identity(const zm__store *store, zm_source_identity *out);
 
 /* Whether the store is still what it was opened as: a zip's file, by its
- * descriptor's size and mtime; a directory store's metadata documents (the
- * keys zm__store_get read) and directories (each of them: a file added,
- * removed or renamed anywhere changes its directory's mtime), by their
- * size and mtime, and its path still naming the directory opened (device
- * and inode); its chunk files are checked as zm__store_locate opens them.
- * -EIO with the reason naming what changed. */
+ * descriptor's size and mtime; a directory store's path still naming the
+ * directory opened (device and inode) and its metadata documents (the keys
+ * zm__store_get read), by their size and mtime. A mount calls it at every
+ * read, so it stats those few and never every directory: its chunk files
+ * are checked as zm__store_locate opens them (changed, gone, or new where
+ * the manifest had none: EIO), which covers every byte served. -EIO with
+ * the reason naming what changed. */
 int zm__store_check(zm__store *store, zm_err *err);
 
 /* ---- The metadata (zarr_meta.c) ---------------------------------------------- */
