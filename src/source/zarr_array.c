@@ -425,6 +425,37 @@ int zm__zarr_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *
     return rc;
 }
 
+int zm__zarr_chunk_prefix(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *raw,
+                          uint64_t values, zm_err *err)
+{
+    struct zm__zarr_array *z = array->zarr;
+    const zm__zarray *m = z->meta;
+    if (z->field != NULL ||
+        !zm__zarr_prefix_decodable(m->shard ? m->shard->codecs : m->codecs,
+                                   m->shard ? m->shard->codec_count : m->codec_count,
+                                   m->fortran_order, m->rank))
+        return 0;
+    stored_chunk c;
+    int rc = read_stored_chunk(source, array, chunk, &c, err);
+    if (rc != 0)
+        return rc;
+    size_t size = array->info.dtype.size;
+    if (c.bytes == NULL) {
+        zm__fill_values(raw, values, array);
+        return 1;
+    }
+    zm_err inner;
+    zm_err_clear(&inner);
+    rc = zm__zarr_decode_prefix(c.codecs, c.codec_count, m->fortran_order, m->rank, c.shape,
+                                m->item_size, c.bytes, c.size, raw, values * size, &inner);
+    free(c.bytes);
+    if (rc < 0)
+        return zm_err_set(err, rc, "%s: %s: %s", array->file_path, c.key, inner.reason);
+    if (rc == 1)
+        zm__count_chunk(source);
+    return rc;
+}
+
 /* ---- Strings ------------------------------------------------------------------------ */
 
 /* Appends string (length bytes) to a growing set. */

@@ -19,6 +19,7 @@
 #include <blosc.h>
 #include <bzlib.h>
 #include <errno.h>
+#include <pthread.h>
 #include <isa-l/crc.h>
 #include <limits.h>
 #include <lz4.h>
@@ -282,13 +283,44 @@ static int zm__unlz4(const zm__zcodec *codec, const uint8_t *src, size_t src_siz
     return 0;
 }
 
+/* A decompression context of the thread's, kept while it lives (freed as
+ * it ends): ZSTD_decompress makes and frees one, a few hundred KiB, for
+ * every chunk. NULL without memory. */
+static pthread_key_t zstd_key;
+static pthread_once_t zstd_once = PTHREAD_ONCE_INIT;
+
+static void zm__zstd_free(void *context)
+{
+    ZSTD_freeDCtx(context);
+}
+
+static void zm__zstd_key(void)
+{
+    (void)pthread_key_create(&zstd_key, zm__zstd_free);
+}
+
+static ZSTD_DCtx *zm__zstd_context(void)
+{
+    pthread_once(&zstd_once, zm__zstd_key);
+    ZSTD_DCtx *context = pthread_getspecific(zstd_key);
+    if (context == NULL && (context = ZSTD_createDCtx()) != NULL &&
+        pthread_setspecific(zstd_key, context) != 0) {
+        ZSTD_freeDCtx(context);
+        context = NULL;
+    }
+    return context;
+}
+
 static int zm__unzstd(const zm__zcodec *codec, const uint8_t *src, size_t src_size, uint8_t *dst,
                       size_t cap, size_t *produced, zm_err *err)
 {
     /* One or more frames (numcodecs' Zstd, zarr's zstd); ZSTD_decompress
      * checks a frame's checksum when the writer put one in. */
     *produced = 0;
-    size_t rc = ZSTD_decompress(dst, cap, src, src_size);
+    ZSTD_DCtx *context = zm__zstd_context();
+    if (context == NULL)
+        return zm_err_set(err, -ENOMEM, "%s: out of memory", codec->name);
+    size_t rc = ZSTD_decompressDCtx(context, dst, cap, src, src_size);
     if (ZSTD_isError(rc)) {
         ZSTD_ErrorCode code = ZSTD_getErrorCode(rc);
         if (code == ZSTD_error_dstSize_tooSmall)
@@ -799,7 +831,7 @@ int zm__zarr_decode(const zm__zcodec *codecs, unsigned count, int fortran_order,
     if (chain.array_to_bytes != NULL && chain.array_to_bytes->id != ZM__ZCODEC_BYTES)
         return zm_err_set(err, -EINVAL, "%.32s: a chunk of strings, decoded as numbers",
                           chain.array_to_bytes->name);
-    uint64_t values;
+    uint64_t values = 0;
     if ((rc = zm__value_count(rank, shape, &values, err)) < 0)
         return rc;
     if (item_size == 0 || values > UINT64_MAX / item_size || values * item_size != raw_size)
@@ -885,7 +917,7 @@ int zm__zarr_decode_strings(const zm__zcodec *codecs, unsigned count, int fortra
     if (chain.array_to_bytes == NULL || chain.array_to_bytes->id != ZM__ZCODEC_VLEN_UTF8)
         return zm_err_set(err, -EINVAL, "chunk: strings without a vlen-utf8 codec");
     const char *name = chain.array_to_bytes->name;
-    uint64_t values;
+    uint64_t values = 0;
     if ((rc = zm__value_count(rank, shape, &values, err)) < 0)
         return rc;
     if (values > (SIZE_MAX - 1) / sizeof(uint64_t) || values > UINT32_MAX)
@@ -1104,4 +1136,61 @@ int zm__zshard_index(const zm__zshard *shard, const uint8_t *index, size_t index
         free(spans);
     }
     return 0;
+}
+
+int zm__zarr_prefix_decodable(const zm__zcodec *codecs, unsigned count, int fortran_order,
+                              unsigned rank)
+{
+    /* A 1-d chunk (no order to undo) whose bytes are one zstd stream, with
+     * at most a bytes codec that leaves them as they are. */
+    if (rank != 1 || fortran_order)
+        return 0;
+    unsigned zstd = 0;
+    for (unsigned i = 0; i < count; i++) {
+        if (codecs[i].id == ZM__ZCODEC_ZSTD)
+            zstd++;
+        else if (!(codecs[i].id == ZM__ZCODEC_BYTES &&
+                   (!codecs[i].big_endian || codecs[i].word_size <= 1)))
+            return 0;
+    }
+    return zstd == 1;
+}
+
+int zm__zarr_decode_prefix(const zm__zcodec *codecs, unsigned count, int fortran_order,
+                           unsigned rank, const uint64_t *shape, size_t item_size,
+                           const uint8_t *in, size_t in_size, uint8_t *out, size_t needed,
+                           zm_err *err)
+{
+    if (!zm__zarr_prefix_decodable(codecs, count, fortran_order, rank) || shape[0] == 0 ||
+        needed == 0 || needed > shape[0] * item_size)
+        return 0;
+    unsigned at = 0;
+    while (codecs[at].id != ZM__ZCODEC_ZSTD)
+        at++;
+    ZSTD_DCtx *context = zm__zstd_context();
+    if (context == NULL)
+        return zm_err_set(err, -ENOMEM, "%s: out of memory", codecs[at].name);
+    ZSTD_DCtx_reset(context, ZSTD_reset_session_only);
+    ZSTD_inBuffer input = {in, in_size, 0};
+    ZSTD_outBuffer output = {out, needed, 0};
+    while (output.pos < needed) {
+        size_t rc = ZSTD_decompressStream(context, &output, &input);
+        if (ZSTD_isError(rc)) {
+            ZSTD_DCtx_reset(context, ZSTD_reset_session_only);
+            return zm_err_set(err, -EIO, "%s: stream corrupt (%s)", codecs[at].name,
+                              ZSTD_getErrorName(rc));
+        }
+        if (rc == 0 && output.pos < needed && input.pos == input.size) {
+            ZSTD_DCtx_reset(context, ZSTD_reset_session_only);
+            return zm_err_set(err, -EIO, "%s: the stream ends after %zu bytes, %zu needed",
+                              codecs[at].name, output.pos, needed);
+        }
+        if (rc != 0 && input.pos == input.size && output.pos < needed) {
+            ZSTD_DCtx_reset(context, ZSTD_reset_session_only);
+            return zm_err_set(err, -EIO, "%s: the stream is cut short after %zu bytes",
+                              codecs[at].name, output.pos);
+        }
+    }
+    ZSTD_DCtx_reset(context, ZSTD_reset_session_only);
+    return 1;
 }

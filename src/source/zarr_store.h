@@ -304,6 +304,21 @@ int zm__zarr_decode_strings(const zm__zcodec *codecs, unsigned count, int fortra
                             unsigned rank, const uint64_t *shape, const uint8_t *in,
                             size_t in_size, zm_strings *out, zm_err *err);
 
+/* The first needed bytes of a chunk's values alone, where its chain lets
+ * a part be decoded without the rest (a 1-d chunk, one zstd stream, at
+ * most a bytes codec that leaves the bytes as they are): 1 when done, 0
+ * when the chain does not allow it (decode the whole chunk), or -EIO for a
+ * stream that is damaged or ends early. A part of a chunk then costs about
+ * its share of the chunk's decoding. */
+int zm__zarr_decode_prefix(const zm__zcodec *codecs, unsigned count, int fortran_order,
+                           unsigned rank, const uint64_t *shape, size_t item_size,
+                           const uint8_t *in, size_t in_size, uint8_t *out, size_t needed,
+                           zm_err *err);
+/* Whether a chain lets zm__zarr_decode_prefix decode a part (before any
+ * byte is read). */
+int zm__zarr_prefix_decodable(const zm__zcodec *codecs, unsigned count, int fortran_order,
+                              unsigned rank);
+
 /* A shard's index (index_bytes of it, as stored) into offsets and sizes of
  * its per_shard inner chunks (C order over the shard's inner grid):
  * UINT64_MAX for both where a chunk is absent. Checked: the index's
