@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "zarrmount/source.h"
 #include "zarrmount/view.h"
@@ -191,6 +192,10 @@ Test(bad, missing_and_directory)
     zm_err err;
     cr_expect_eq(zm_source_open("/nonexistent/file.h5ad", NULL, &s, &err), -ENOENT);
     cr_expect(strstr(err.reason, "No such file") != NULL, "%s", err.reason);
-    cr_expect_eq(zm_source_open("/tmp", NULL, &s, &err), -EINVAL);
-    cr_expect(strstr(err.reason, "not a regular file") != NULL, "%s", err.reason);
+    /* A directory is a Zarr store: an empty one is none. */
+    char empty[] = "/tmp/zm-source-bad-XXXXXX";
+    cr_assert_not_null(mkdtemp(empty));
+    cr_expect_eq(zm_source_open(empty, NULL, &s, &err), -EINVAL);
+    cr_expect(strstr(err.reason, "not a Zarr store") != NULL, "%s", err.reason);
+    rmdir(empty);
 }

@@ -127,19 +127,24 @@ def refusals():
     check("a missing file is refused", code == 2 and "No such file" in err, err)
     done = subprocess.run([BINARY, "inspect"], capture_output=True, text=True)
     check("no file is a usage error", done.returncode == 2 and "usage" in done.stderr)
-    # A FIFO (nobody writing) or a directory named as the source: refused
-    # at once, not waited on.
+    # A FIFO (nobody writing) named as the source: refused at once, not waited on. A directory
+    # is a Zarr store: one that holds a FIFO is refused at once too (a store is read only from
+    # its own files), and an empty one is no Zarr store.
     scratch = tempfile.mkdtemp(prefix="zm-inspect-")
+    empty = os.path.join(scratch, "empty.zarr")
     try:
         fifo = os.path.join(scratch, "pipe.h5ad")
         os.mkfifo(fifo)
-        for label, path in (("a FIFO", fifo), ("a directory", scratch)):
+        os.mkdir(empty)
+        for label, path, words in (("a FIFO", fifo, "neither a regular file nor a directory"),
+                                   ("a directory holding a FIFO", scratch, "pipe.h5ad is a FIFO"),
+                                   ("an empty directory", empty, "not a Zarr store")):
             try:
                 code, _, err = inspect(path)
-                check(f"{label} is refused in one line: not a regular file",
-                      code == 2 and "not a regular file" in err and err.count("\n") == 1, err)
+                check(f"{label} is refused in one line: {words}",
+                      code == 2 and words in err and err.count("\n") == 1, err)
             except subprocess.TimeoutExpired:
-                check(f"{label} is refused in one line: not a regular file", False, "it waited")
+                check(f"{label} is refused in one line: {words}", False, "it waited")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -684,7 +684,7 @@ def test_refusals():
         ("a missing source", [], os.path.join(WORK, "missing.h5ad"), None, True, "No such file"),
         ("a source the tree refuses", [], bad_source, None, True, "not an HDF5 file"),
         ("a source the tree refuses, in the background", [], bad_source, None, False, "not an HDF5 file"),
-        ("a directory as source", [], WORK, None, True, "not a regular file"),
+        ("a directory as source, the mount point inside it", [], WORK, None, True, "lies inside the source store"),
         ("an unknown codec", ["-o", "codec=bogus"], SOURCE, None, True, "codec 'bogus'"),
         ("an unknown codec, in the background", ["-o", "codec=bogus"], SOURCE, None, False, "codec 'bogus'"),
         ("an empty codec", ["-o", "codec="], SOURCE, None, True, "codec="),
