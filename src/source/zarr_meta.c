@@ -1984,7 +1984,8 @@ static int zm__link_children(zm__ztree *tree, zm_err *err)
             all[n].name = slash ? slash + 1 : e->node.path;
             n++;
         }
-    qsort(all, n, sizeof *all, zm__child_order);
+    if (n > 1)
+        qsort(all, n, sizeof *all, zm__child_order);
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0;) {
         size_t j = i;
@@ -2190,7 +2191,8 @@ int zm__ztree_children(zm__ztree *tree, const char *path, zm_strings *names, zm_
         if (rc >= 0) {
             /* The store lists bytewise already; sorted here all the same,
              * so that the order is ours to promise. */
-            qsort(kept, count, sizeof *kept, zm__name_order);
+            if (count > 1)
+                qsort(kept, count, sizeof *kept, zm__name_order);
             rc = zm__strings_of(kept, count, &e->children) < 0
                      ? zm_err_set(err, -ENOMEM, "%.200s: out of memory for its children", path)
                      : 0;

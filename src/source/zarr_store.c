@@ -437,7 +437,8 @@ static int zm__open_directory(zm__store *store, const struct stat *st, zm_err *e
         w->entries[i].key = w->names + w->entries[i].key_at;
     for (size_t i = 0; i < w->dir_count; i++)
         w->dirs[i].path = w->dir_names + w->dirs[i].path_at;
-    qsort(w->entries, w->count, sizeof *w->entries, zm__entry_order);
+    if (w->count > 1)
+        qsort(w->entries, w->count, sizeof *w->entries, zm__entry_order);
     store->got = calloc(w->count ? w->count : 1, sizeof *store->got);
     XXH64_state_t *hash = XXH64_createState();
     if (store->got == NULL || hash == NULL) {
@@ -853,7 +854,8 @@ static int zm__open_zip(zm__store *store, const struct stat *st, zm_err *err)
         entries[i].key = names + entries[i].key_at;
     /* A name written twice is its last entry (Python's zipfile keeps the
      * last one it reads; zarr's ZipStore rewrites metadata so). */
-    qsort(entries, count, sizeof *entries, zm__entry_order);
+    if (count > 1)
+        qsort(entries, count, sizeof *entries, zm__entry_order);
     size_t kept = 0;
     for (size_t i = 0; i < count; i++) {
         if (i + 1 < count && strcmp(entries[i].key, entries[i + 1].key) == 0)
@@ -1265,7 +1267,8 @@ int zm__store_list(zm__store *store, const char *prefix, zm_strings *names, zm_e
     /* The names are not in order as the keys are ("a.b" sorts before
      * "a/x", so "a" comes after "a.b"), nor each once: sorted here. */
     size_t n = last - first;
-    qsort(found, n, sizeof *found, zm__name_order);
+    if (n > 1)
+        qsort(found, n, sizeof *found, zm__name_order);
     size_t count = 0, total = 0;
     for (size_t i = 0; i < n; i++) {
         if (count > 0 && zm__name_order(&found[count - 1], &found[i]) == 0)
