@@ -552,28 +552,42 @@ static int zm__value_count(unsigned rank, const uint64_t *shape, uint64_t *count
     return 0;
 }
 
+/* What decoding a chunk of numbers and one of strings first do alike:
+ * the chain split, its array-to-bytes codec checked against the kind of
+ * chunk (vlen-utf8 for strings, bytes or none for numbers), the values
+ * counted and the reordering planned. */
+static int zm__decode_plan(const zm__zcodec *codecs, unsigned count, int fortran_order,
+                           unsigned rank, const uint64_t *shape, bool strings, zm__chain *chain,
+                           uint64_t *values, zm__reorder *plan, zm_err *err)
+{
+    int rc = zm__chain_split(codecs, count, chain, err);
+    if (rc < 0)
+        return rc;
+    const zm__zcodec *b = chain->array_to_bytes;
+    if (strings && (b == NULL || b->id != ZM__ZCODEC_VLEN_UTF8))
+        return zm_err_set(err, -EINVAL, "chunk: strings without a vlen-utf8 codec");
+    if (!strings && b != NULL && b->id != ZM__ZCODEC_BYTES)
+        return zm_err_set(err, -EINVAL, "%.32s: a chunk of strings, decoded as numbers", b->name);
+    if ((rc = zm__value_count(rank, shape, values, err)) < 0)
+        return rc;
+    return zm__reorder_plan(codecs, chain->array_end, fortran_order, rank, shape, plan, err);
+}
+
 int zm__zarr_decode(const zm__zcodec *codecs, unsigned count, int fortran_order, unsigned rank,
                     const uint64_t *shape, size_t item_size, const uint8_t *in, size_t in_size,
                     uint8_t *out, size_t raw_size, zm_err *err)
 {
     zm__chain chain;
-    int rc = zm__chain_split(codecs, count, &chain, err);
-    if (rc < 0)
-        return rc;
-    if (chain.array_to_bytes != NULL && chain.array_to_bytes->id != ZM__ZCODEC_BYTES)
-        return zm_err_set(err, -EINVAL, "%.32s: a chunk of strings, decoded as numbers",
-                          chain.array_to_bytes->name);
     uint64_t values = 0;
-    if ((rc = zm__value_count(rank, shape, &values, err)) < 0)
+    zm__reorder plan;
+    int rc = zm__decode_plan(codecs, count, fortran_order, rank, shape, false, &chain, &values,
+                             &plan, err);
+    if (rc < 0)
         return rc;
     if (item_size == 0 || values > UINT64_MAX / item_size || values * item_size != raw_size)
         return zm_err_set(err, -EINVAL,
                           "chunk: %llu values of %zu bytes are not the %zu bytes asked for",
                           (unsigned long long)values, item_size, raw_size);
-    zm__reorder plan;
-    if ((rc = zm__reorder_plan(codecs, chain.array_end, fortran_order, rank, shape, &plan, err)) <
-        0)
-        return rc;
 
     /* The bytes-to-bytes stages write straight into out when nothing is to
      * be reordered after them. */
@@ -643,22 +657,16 @@ int zm__zarr_decode_strings(const zm__zcodec *codecs, unsigned count, int fortra
 {
     memset(out, 0, sizeof *out);
     zm__chain chain;
-    int rc = zm__chain_split(codecs, count, &chain, err);
+    uint64_t values = 0;
+    zm__reorder plan;
+    int rc = zm__decode_plan(codecs, count, fortran_order, rank, shape, true, &chain, &values,
+                             &plan, err);
     if (rc < 0)
         return rc;
-    if (chain.array_to_bytes == NULL || chain.array_to_bytes->id != ZM__ZCODEC_VLEN_UTF8)
-        return zm_err_set(err, -EINVAL, "chunk: strings without a vlen-utf8 codec");
     const char *name = chain.array_to_bytes->name;
-    uint64_t values = 0;
-    if ((rc = zm__value_count(rank, shape, &values, err)) < 0)
-        return rc;
     if (values > (SIZE_MAX - 1) / sizeof(uint64_t) || values > UINT32_MAX)
         return zm_err_set(err, -EINVAL, "%s: a chunk of %llu strings is more than it holds", name,
                           (unsigned long long)values);
-    zm__reorder plan;
-    if ((rc = zm__reorder_plan(codecs, chain.array_end, fortran_order, rank, shape, &plan, err)) <
-        0)
-        return rc;
 
     const uint8_t *bytes;
     size_t size;
