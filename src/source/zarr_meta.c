@@ -21,6 +21,7 @@
  * thread. The nodes they return stay valid, unchanged, until
  * zm__ztree_close, and may be read from any thread.
  */
+#include "source/source_internal.h"
 #include "source/zarr_store.h"
 
 #include <errno.h>
@@ -1928,30 +1929,6 @@ static int zm__child_order(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-static int zm__strings_of(const char *const *names, size_t count, zm_strings *out)
-{
-    size_t total = 0;
-    for (size_t i = 0; i < count; i++)
-        total += strlen(names[i]);
-    out->count = count;
-    out->offsets = malloc((count + 1) * sizeof *out->offsets);
-    out->bytes = malloc(total + 1);
-    if (out->offsets == NULL || out->bytes == NULL) {
-        zm_strings_free(out);
-        return -ENOMEM;
-    }
-    size_t at = 0;
-    for (size_t i = 0; i < count; i++) {
-        size_t n = strlen(names[i]);
-        out->offsets[i] = at;
-        memcpy(out->bytes + at, names[i], n);
-        at += n;
-    }
-    out->offsets[count] = at;
-    out->bytes[at] = '\0';
-    return 0;
-}
-
 static int zm__link_children(zm__ztree *tree, zm_err *err)
 {
     zm__child *all = calloc(tree->entry_count ? tree->entry_count : 1, sizeof *all);
@@ -1992,7 +1969,7 @@ static int zm__link_children(zm__ztree *tree, zm_err *err)
             names[j - i] = all[j].name;
             j++;
         }
-        if (zm__strings_of(names, j - i, &all[i].parent->children) < 0)
+        if (zm__strings_of_names(names, j - i, &all[i].parent->children) < 0)
             rc = zm_err_set(err, -ENOMEM, "metadata: out of memory");
         i = j;
     }
@@ -2191,7 +2168,7 @@ int zm__ztree_children(zm__ztree *tree, const char *path, zm_strings *names, zm_
             /* The store lists bytewise already; sorted here all the same,
              * so that the order is ours to promise. */
             qsort(kept, count, sizeof *kept, zm__name_order);
-            rc = zm__strings_of(kept, count, &e->children) < 0
+            rc = zm__strings_of_names(kept, count, &e->children) < 0
                      ? zm_err_set(err, -ENOMEM, "%.200s: out of memory for its children", path)
                      : 0;
             if (rc == 0)
