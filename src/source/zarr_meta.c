@@ -816,31 +816,22 @@ static int zm__json_level(json_t *config, const char *key)
  * "numcodecs.NAME" without its prefix): its id, or ZM__ZCODEC_OTHER. */
 static zm__zcodec_id zm__numcodecs_id(const char *id, json_t *config, int *level)
 {
+    /* Each compressor, and the configuration key holding its level. */
+    static const struct {
+        const char *id;
+        zm__zcodec_id codec;
+        const char *level;
+    } compressors[] = {
+        {"blosc", ZM__ZCODEC_BLOSC, "clevel"}, {"zstd", ZM__ZCODEC_ZSTD, "level"},
+        {"zlib", ZM__ZCODEC_ZLIB, "level"},    {"gzip", ZM__ZCODEC_GZIP, "level"},
+        {"lz4", ZM__ZCODEC_LZ4, "acceleration"}, {"bz2", ZM__ZCODEC_BZ2, "level"},
+    };
     *level = 0;
-    if (strcmp(id, "blosc") == 0) {
-        *level = zm__json_level(config, "clevel");
-        return ZM__ZCODEC_BLOSC;
-    }
-    if (strcmp(id, "zstd") == 0) {
-        *level = zm__json_level(config, "level");
-        return ZM__ZCODEC_ZSTD;
-    }
-    if (strcmp(id, "zlib") == 0) {
-        *level = zm__json_level(config, "level");
-        return ZM__ZCODEC_ZLIB;
-    }
-    if (strcmp(id, "gzip") == 0) {
-        *level = zm__json_level(config, "level");
-        return ZM__ZCODEC_GZIP;
-    }
-    if (strcmp(id, "lz4") == 0) {
-        *level = zm__json_level(config, "acceleration");
-        return ZM__ZCODEC_LZ4;
-    }
-    if (strcmp(id, "bz2") == 0) {
-        *level = zm__json_level(config, "level");
-        return ZM__ZCODEC_BZ2;
-    }
+    for (size_t i = 0; i < sizeof compressors / sizeof compressors[0]; i++)
+        if (strcmp(id, compressors[i].id) == 0) {
+            *level = zm__json_level(config, compressors[i].level);
+            return compressors[i].codec;
+        }
     if (strcmp(id, "crc32c") == 0) {
         /* numcodecs' CRC32C puts its checksum at the end unless told
          * otherwise: then it is v3's crc32c. */
