@@ -1325,6 +1325,23 @@ static int zm__check_sizes(zm__zarray *a, const char *where, zm_err *err)
                           a->zarr_format == 2 ? "chunks" : "chunk_shape", &values, err);
 }
 
+/* What a v2 and a v3 array document end alike with: the fill value
+ * (required) parsed and the sizes checked; then *out is a, or a is freed. */
+static int zm__array_finish(json_t *doc, zm__zarray *a, const char *where, zm__zarray **out,
+                            zm_err *err)
+{
+    int rc;
+    if (json_object_get(doc, "fill_value") == NULL)
+        rc = zm_err_set(err, -EINVAL, "%s: fill_value is missing", where);
+    else if ((rc = zm__check_sizes(a, where, err)) >= 0 &&
+             (rc = zm__parse_fill(json_object_get(doc, "fill_value"), a, where, err)) >= 0) {
+        *out = a;
+        return 0;
+    }
+    zm__zarray_free(a);
+    return rc;
+}
+
 static int zm__v2_array(json_t *doc, const char *where, zm__zarray **out, zm_err *err)
 {
     *out = NULL;
@@ -1392,15 +1409,7 @@ static int zm__v2_array(json_t *doc, const char *where, zm__zarray **out, zm_err
     }
     if ((rc = zm__v2_codecs(doc, a, where, err)) < 0)
         goto fail;
-    if (json_object_get(doc, "fill_value") == NULL) {
-        rc = zm_err_set(err, -EINVAL, "%s: fill_value is missing", where);
-        goto fail;
-    }
-    if ((rc = zm__check_sizes(a, where, err)) < 0 ||
-        (rc = zm__parse_fill(json_object_get(doc, "fill_value"), a, where, err)) < 0)
-        goto fail;
-    *out = a;
-    return 0;
+    return zm__array_finish(doc, a, where, out, err);
 fail:
     zm__zarray_free(a);
     return rc;
@@ -1512,15 +1521,7 @@ static int zm__v3_array(json_t *doc, const char *where, zm__zarray **out, zm_err
         !(json_is_array(transformers) && json_array_size(transformers) == 0))
         snprintf(a->unsupported, sizeof a->unsupported, "%s",
                  "storage_transformers are not supported");
-    if (json_object_get(doc, "fill_value") == NULL) {
-        rc = zm_err_set(err, -EINVAL, "%s: fill_value is missing", where);
-        goto fail;
-    }
-    if ((rc = zm__check_sizes(a, where, err)) < 0 ||
-        (rc = zm__parse_fill(json_object_get(doc, "fill_value"), a, where, err)) < 0)
-        goto fail;
-    *out = a;
-    return 0;
+    return zm__array_finish(doc, a, where, out, err);
 fail:
     zm__zarray_free(a);
     return rc;
