@@ -27,18 +27,8 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
-/* A stage's output size when it cannot be known before decoding: a
- * compressor that ran after another compressor produced bytes whose count
- * no metadata records. */
-#define ZM__SIZE_UNKNOWN SIZE_MAX
-
 /* Bytes fletcher32 appends to a chunk. */
 #define ZM__FLETCHER_LEN 4
-
-/* A codec returns this (not an errno) when its output would not fit in the
- * capacity it was given: the caller either reports a size mismatch or, for
- * an output of unknown size, retries with a larger buffer. */
-#define ZM__TOO_SMALL 1
 
 /* First guess for an output of unknown size, before doubling. */
 #define ZM__GUESS_MIN 65536
@@ -200,13 +190,6 @@ static void zm__unshuffle(uint8_t *restrict dst, const uint8_t *restrict src, si
 
 /* ---- codecs: decode src into dst[0 .. cap), report the size produced ---- */
 
-typedef int (*zm__codec)(const zm__filter *filter, const uint8_t *src, size_t src_size,
-                         uint8_t *dst, size_t cap, size_t *produced, zm_err *err);
-
-/* zlib's inflate with its zlib wrapper (H5Zdeflate uses inflateInit, so the
- * adler32 of the output is checked too). The sizes go to zlib in pieces of
- * at most UINT_MAX bytes, so chunks over 4 GiB work. Input past the end of
- * the stream is ignored, as HDF5 does. */
 /* libdeflate inflates about twice as fast as zlib; its decompressor holds
  * no stream state between calls, so one per thread is kept for reuse. */
 static pthread_key_t zm__deflate_key;
@@ -227,42 +210,19 @@ static struct libdeflate_decompressor *zm__deflate_decompressor(void)
     return d;
 }
 
-static int zm__inflate_zlib(const uint8_t *src, size_t src_size, uint8_t *dst, size_t cap,
-                            size_t *produced, zm_err *err);
-
-/* Deflate as HDF5 stores it: a zlib stream (header, data, adler32), possibly
- * followed by bytes HDF5 ignores. libdeflate decodes the well-formed ones;
- * anything it refuses goes through zlib, whose messages say what is wrong. */
-static int zm__inflate(const zm__filter *filter, const uint8_t *src, size_t src_size, uint8_t *dst,
-                       size_t cap, size_t *produced, zm_err *err)
-{
-    (void)filter;
-    *produced = 0;
-    struct libdeflate_decompressor *d = zm__deflate_decompressor();
-    if (d != NULL) {
-        size_t in_used = 0, out_made = 0;
-        enum libdeflate_result r =
-            libdeflate_zlib_decompress_ex(d, src, src_size, dst, cap, &in_used, &out_made);
-        if (r == LIBDEFLATE_SUCCESS) {
-            *produced = out_made;
-            return 0;
-        }
-        if (r == LIBDEFLATE_INSUFFICIENT_SPACE)
-            return ZM__TOO_SMALL;
-    }
-    return zm__inflate_zlib(src, src_size, dst, cap, produced, err);
-}
-
-static int zm__inflate_zlib(const uint8_t *src, size_t src_size, uint8_t *dst, size_t cap,
-                            size_t *produced, zm_err *err)
+/* zlib's inflate (inflateInit's zlib wrapper, as H5Zdeflate uses, or
+ * gzip's), fed in pieces of at most UINT_MAX bytes so that chunks over
+ * 4 GiB work. */
+static int zm__inflate_zlib(const char *name, bool gzip, const uint8_t *src, size_t src_size,
+                            uint8_t *dst, size_t cap, size_t *produced, zm_err *err)
 {
     z_stream zs;
     memset(&zs, 0, sizeof zs);
-    int rc = inflateInit(&zs);
+    int rc = inflateInit2(&zs, gzip ? 16 + MAX_WBITS : MAX_WBITS);
     if (rc == Z_MEM_ERROR)
-        return zm_err_set(err, -ENOMEM, "deflate: out of memory");
+        return zm_err_set(err, -ENOMEM, "%s: out of memory", name);
     if (rc != Z_OK)
-        return zm_err_set(err, -EIO, "deflate: inflateInit failed (%d)", rc);
+        return zm_err_set(err, -EIO, "%s: inflateInit failed (%d)", name, rc);
 
     size_t in_left = src_size, out_left = cap;
     zs.next_in = (Bytef *)src; /* zlib's API is not const-correct; it only reads. */
@@ -278,10 +238,36 @@ static int zm__inflate_zlib(const uint8_t *src, size_t src_size, uint8_t *dst, s
             out_left -= zs.avail_out;
         }
         rc = inflate(&zs, Z_NO_FLUSH);
-        if (rc == Z_STREAM_END)
-            break;
         if (rc == Z_OK)
             continue;
+        if (rc == Z_STREAM_END) {
+            if (!gzip)
+                break;
+            /* Zero padding, then another member or the end. */
+            while (zs.avail_in > 0 || in_left > 0) {
+                if (zs.avail_in == 0) {
+                    zs.avail_in = in_left > UINT_MAX ? UINT_MAX : (uInt)in_left;
+                    in_left -= zs.avail_in;
+                }
+                if (*zs.next_in != 0)
+                    break;
+                zs.next_in++;
+                zs.avail_in--;
+            }
+            if (zs.avail_in == 0 && in_left == 0)
+                break;
+            if (zs.next_in[0] != 0x1f) {
+                result = zm_err_set(err, -EIO, "%s: %zu bytes after the gzip stream are not gzip",
+                                    name, (size_t)zs.avail_in + in_left);
+                break;
+            }
+            rc = inflateReset(&zs);
+            if (rc != Z_OK) {
+                result = zm_err_set(err, -EIO, "%s: inflateReset failed (%d)", name, rc);
+                break;
+            }
+            continue;
+        }
         if (rc == Z_BUF_ERROR) {
             /* No progress was possible: either the output is full while the
              * stream goes on, or the input ran out before the stream ended. */
@@ -289,20 +275,20 @@ static int zm__inflate_zlib(const uint8_t *src, size_t src_size, uint8_t *dst, s
                 result = ZM__TOO_SMALL;
             } else {
                 result = zm_err_set(err, -EIO,
-                                    "deflate: stream truncated (%zu stored bytes end before the "
+                                    "%s: stream truncated (%zu stored bytes end before the "
                                     "stream does)",
-                                    src_size);
+                                    name, src_size);
             }
         } else if (rc == Z_DATA_ERROR) {
-            result = zm_err_set(err, -EIO, "deflate: stream corrupt (%s)",
+            result = zm_err_set(err, -EIO, "%s: stream corrupt (%s)", name,
                                 zs.msg ? zs.msg : "invalid data");
         } else if (rc == Z_NEED_DICT) {
             result =
-                zm_err_set(err, -EIO, "deflate: stream corrupt (asks for a preset dictionary)");
+                zm_err_set(err, -EIO, "%s: stream corrupt (asks for a preset dictionary)", name);
         } else if (rc == Z_MEM_ERROR) {
-            result = zm_err_set(err, -ENOMEM, "deflate: out of memory");
+            result = zm_err_set(err, -ENOMEM, "%s: out of memory", name);
         } else {
-            result = zm_err_set(err, -EIO, "deflate: inflate failed (%d%s%s)", rc,
+            result = zm_err_set(err, -EIO, "%s: inflate failed (%d%s%s)", name, rc,
                                 zs.msg ? ": " : "", zs.msg ? zs.msg : "");
         }
         break;
@@ -310,6 +296,37 @@ static int zm__inflate_zlib(const uint8_t *src, size_t src_size, uint8_t *dst, s
     *produced = cap - out_left - zs.avail_out;
     inflateEnd(&zs);
     return result;
+}
+
+int zm__inflate_sized(const char *name, bool gzip, const uint8_t *src, size_t src_size,
+                      uint8_t *dst, size_t cap, size_t *produced, zm_err *err)
+{
+    *produced = 0;
+    struct libdeflate_decompressor *d = zm__deflate_decompressor();
+    if (d != NULL) {
+        size_t in_used = 0, out_made = 0;
+        enum libdeflate_result r =
+            gzip ? libdeflate_gzip_decompress_ex(d, src, src_size, dst, cap, &in_used, &out_made)
+                 : libdeflate_zlib_decompress_ex(d, src, src_size, dst, cap, &in_used, &out_made);
+        /* A gzip member followed by anything (padding, more members) is
+         * left to zlib, which reads on. */
+        if (r == LIBDEFLATE_SUCCESS && (!gzip || in_used == src_size)) {
+            *produced = out_made;
+            return 0;
+        }
+        if (r == LIBDEFLATE_INSUFFICIENT_SPACE)
+            return ZM__TOO_SMALL;
+    }
+    return zm__inflate_zlib(name, gzip, src, src_size, dst, cap, produced, err);
+}
+
+/* Deflate as HDF5 stores it: a zlib stream, possibly followed by bytes
+ * HDF5 ignores. */
+static int zm__inflate(const void *filter, const uint8_t *src, size_t src_size, uint8_t *dst,
+                       size_t cap, size_t *produced, zm_err *err)
+{
+    (void)filter;
+    return zm__inflate_sized("deflate", false, src, src_size, dst, cap, produced, err);
 }
 
 /* LZF as h5py's filter stores it: the raw stream liblzf produces, no
@@ -320,7 +337,7 @@ static int zm__inflate_zlib(const uint8_t *src, size_t src_size, uint8_t *dst, s
  * bits: length - 2, 7 meaning an extra length byte follows; low 5 bits and
  * the next byte: distance - 1). Every read and write is bounds-checked, so
  * corrupt input can only fail. */
-static int zm__lzf(const zm__filter *filter, const uint8_t *src, size_t src_size, uint8_t *dst,
+static int zm__lzf(const void *filter, const uint8_t *src, size_t src_size, uint8_t *dst,
                    size_t cap, size_t *produced, zm_err *err)
 {
     (void)filter;
@@ -392,62 +409,109 @@ truncated:
                       src_size);
 }
 
-/* Zstandard as the HDF Group's filter 32015 stores it: one or more bare
- * frames. ZSTD_decompress does not need the frame to record its content
- * size: it decodes into the capacity given and fails if that is too small,
- * and verifies the frame checksum when the writer included one. */
-static int zm__unzstd(const zm__filter *filter, const uint8_t *src, size_t src_size, uint8_t *dst,
-                      size_t cap, size_t *produced, zm_err *err)
+/* The thread's zstd context, freed by the key's destructor as it ends. */
+static pthread_key_t zm__zstd_key;
+static pthread_once_t zm__zstd_once = PTHREAD_ONCE_INIT;
+
+static void zm__zstd_free(void *context)
 {
-    (void)filter;
+    ZSTD_freeDCtx(context);
+}
+
+static void zm__zstd_key_init(void)
+{
+    (void)pthread_key_create(&zm__zstd_key, zm__zstd_free);
+}
+
+ZSTD_DCtx *zm__zstd_context(void)
+{
+    pthread_once(&zm__zstd_once, zm__zstd_key_init);
+    ZSTD_DCtx *context = pthread_getspecific(zm__zstd_key);
+    if (context == NULL && (context = ZSTD_createDCtx()) != NULL &&
+        pthread_setspecific(zm__zstd_key, context) != 0) {
+        ZSTD_freeDCtx(context);
+        context = NULL;
+    }
+    return context;
+}
+
+/* Zstandard: one or more bare frames (the HDF Group's filter 32015,
+ * numcodecs' Zstd, zarr's zstd). ZSTD_decompressDCtx does not need a frame
+ * to record its content size: it decodes into the capacity given and fails
+ * if that is too small, and verifies a frame's checksum when the writer
+ * included one. */
+int zm__unzstd_sized(const char *name, const uint8_t *src, size_t src_size, uint8_t *dst,
+                     size_t cap, size_t *produced, zm_err *err)
+{
     *produced = 0;
-    size_t rc = ZSTD_decompress(dst, cap, src, src_size);
+    ZSTD_DCtx *context = zm__zstd_context();
+    if (context == NULL)
+        return zm_err_set(err, -ENOMEM, "%s: out of memory", name);
+    size_t rc = ZSTD_decompressDCtx(context, dst, cap, src, src_size);
     if (ZSTD_isError(rc)) {
         ZSTD_ErrorCode code = ZSTD_getErrorCode(rc);
         if (code == ZSTD_error_dstSize_tooSmall)
             return ZM__TOO_SMALL;
         if (code == ZSTD_error_memory_allocation)
-            return zm_err_set(err, -ENOMEM, "zstd: out of memory");
-        return zm_err_set(err, -EIO, "zstd: stream corrupt (%s)", ZSTD_getErrorName(rc));
+            return zm_err_set(err, -ENOMEM, "%s: out of memory", name);
+        return zm_err_set(err, -EIO, "%s: stream corrupt (%s)", name, ZSTD_getErrorName(rc));
     }
     *produced = rc;
     return 0;
 }
 
-/* The size a blosc buffer says it decodes to, after checking that its
- * header fits in the stored bytes. c-blosc's decompressor takes no input
- * size, trusting the header's compressed size instead; blosc_cbuffer_validate
- * checks that size against the bytes we really have, which is what makes
- * decoding untrusted input safe. */
-static int zm__blosc_size(const uint8_t *src, size_t src_size, size_t *nbytes, zm_err *err)
+static int zm__unzstd(const void *filter, const uint8_t *src, size_t src_size, uint8_t *dst,
+                      size_t cap, size_t *produced, zm_err *err)
+{
+    (void)filter;
+    return zm__unzstd_sized("zstd", src, src_size, dst, cap, produced, err);
+}
+
+size_t zm__zstd_size(const uint8_t *src, size_t src_size)
+{
+    size_t total = 0;
+    while (src_size > 0) {
+        unsigned long long n = ZSTD_getFrameContentSize(src, src_size);
+        size_t frame = ZSTD_findFrameCompressedSize(src, src_size);
+        if (n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR || ZSTD_isError(frame) ||
+            n > SIZE_MAX - total)
+            return ZM__SIZE_UNKNOWN;
+        total += (size_t)n;
+        src += frame;
+        src_size -= frame;
+    }
+    return total;
+}
+
+int zm__blosc_size(const char *name, const uint8_t *src, size_t src_size, size_t *nbytes,
+                   zm_err *err)
 {
     if (src_size < BLOSC_MIN_HEADER_LENGTH)
         return zm_err_set(err, -EIO,
-                          "blosc: stream truncated (%zu stored bytes, the header alone needs %d)",
-                          src_size, BLOSC_MIN_HEADER_LENGTH);
+                          "%s: stream truncated (%zu stored bytes, the header alone needs %d)",
+                          name, src_size, BLOSC_MIN_HEADER_LENGTH);
     if (blosc_cbuffer_validate(src, src_size, nbytes) != 0) {
         size_t claimed_nbytes, claimed_cbytes, blocksize;
         blosc_cbuffer_sizes(src, &claimed_nbytes, &claimed_cbytes, &blocksize);
         return zm_err_set(err, -EIO,
-                          "blosc: stream corrupt (header claims %zu compressed bytes for %zu "
+                          "%s: stream corrupt (its header claims %zu compressed bytes for %zu "
                           "decoded; %zu bytes are stored)",
-                          claimed_cbytes, claimed_nbytes, src_size);
+                          name, claimed_cbytes, claimed_nbytes, src_size);
     }
     return 0;
 }
 
-/* Blosc as PyTables' / hdf5plugin's filter 32001 stores it: one blosc
- * buffer, which records its own inner codec, shuffle or bitshuffle and
- * type size, so the filter's cd_values are not needed to decode. The _ctx
- * call uses no global state, so any number of threads can decode at once
- * without blosc_init. */
-static int zm__unblosc(const zm__filter *filter, const uint8_t *src, size_t src_size, uint8_t *dst,
-                       size_t cap, size_t *produced, zm_err *err)
+/* Blosc as PyTables' / hdf5plugin's filter 32001 and numcodecs' Blosc
+ * store it: one blosc buffer, which records its own inner codec, shuffle
+ * or bitshuffle and type size, so no parameters are needed to decode. The
+ * _ctx call uses no global state, so any number of threads can decode at
+ * once without blosc_init. */
+int zm__unblosc_sized(const char *name, const uint8_t *src, size_t src_size, uint8_t *dst,
+                      size_t cap, size_t *produced, zm_err *err)
 {
-    (void)filter;
     *produced = 0;
     size_t nbytes;
-    int rc = zm__blosc_size(src, src_size, &nbytes, err);
+    int rc = zm__blosc_size(name, src, src_size, &nbytes, err);
     if (rc < 0)
         return rc;
     if (nbytes > cap)
@@ -455,40 +519,46 @@ static int zm__unblosc(const zm__filter *filter, const uint8_t *src, size_t src_
     if (nbytes == 0)
         return 0;
     int n = blosc_decompress_ctx(src, dst, cap, 1);
-    if (n <= 0)
-        return zm_err_set(err, -EIO, "blosc: stream corrupt (blosc_decompress_ctx returned %d)", n);
+    if (n <= 0) {
+        /* A compressor this c-blosc was built without is a codec we lack,
+         * not damage. */
+        const char *library = blosc_cbuffer_complib(src);
+        const char *known = blosc_list_compressors();
+        if (library != NULL && known != NULL && strcasestr(known, library) == NULL)
+            return zm_err_set(err, -ENOTSUP,
+                              "%s: the chunk is compressed with %s, which this "
+                              "c-blosc does not decode (it has %s)",
+                              name, library, known);
+        return zm_err_set(err, -EIO, "%s: stream corrupt (blosc_decompress_ctx returned %d)", name,
+                          n);
+    }
+    if ((size_t)n != nbytes)
+        return zm_err_set(err, -EIO, "%s: decoded %d bytes, its header says %zu", name, n, nbytes);
     *produced = (size_t)n;
     return 0;
+}
+
+static int zm__unblosc(const void *filter, const uint8_t *src, size_t src_size, uint8_t *dst,
+                       size_t cap, size_t *produced, zm_err *err)
+{
+    (void)filter;
+    return zm__unblosc_sized("blosc", src, src_size, dst, cap, produced, err);
 }
 
 /* The size a compressor's output will have, when its stream says so (blosc
  * and zstd record it), so an output of unknown size is allocated once. */
 static size_t zm__size_hint(unsigned id, const uint8_t *src, size_t src_size)
 {
-    if (id == ZM__FILTER_BLOSC) {
-        size_t nbytes;
-        if (zm__blosc_size(src, src_size, &nbytes, NULL) == 0)
-            return nbytes;
-    } else if (id == ZM__FILTER_ZSTD) {
-        /* The sum over the frames (a skippable frame counts 0), if every
-         * frame records its size. */
-        size_t total = 0;
-        while (src_size > 0) {
-            unsigned long long n = ZSTD_getFrameContentSize(src, src_size);
-            size_t frame = ZSTD_findFrameCompressedSize(src, src_size);
-            if (n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR ||
-                ZSTD_isError(frame) || n > SIZE_MAX - total)
-                return ZM__SIZE_UNKNOWN;
-            total += (size_t)n;
-            src += frame;
-            src_size -= frame;
-        }
-        return total;
-    }
+    size_t nbytes;
+    if (id == ZM__FILTER_BLOSC)
+        return zm__blosc_size("blosc", src, src_size, &nbytes, NULL) == 0 ? nbytes
+                                                                          : ZM__SIZE_UNKNOWN;
+    if (id == ZM__FILTER_ZSTD)
+        return zm__zstd_size(src, src_size);
     return ZM__SIZE_UNKNOWN;
 }
 
-static zm__codec zm__codec_for(unsigned id)
+static zm__sized_decoder zm__codec_for(unsigned id)
 {
     switch (id) {
     case ZM__FILTER_DEFLATE:
@@ -504,17 +574,30 @@ static zm__codec zm__codec_for(unsigned id)
     }
 }
 
-/* Runs a codec whose output size is known: into dst, exactly `expected`
- * bytes or a reason why not. */
-static int zm__decode_exact(zm__codec codec, const zm__filter *filter, const char *name,
-                            const uint8_t *src, size_t src_size, uint8_t *dst, size_t expected,
-                            zm_err *err)
+int zm__decode_exact(zm__sized_decoder decode, const void *codec, const char *name,
+                     const uint8_t *src, size_t src_size, uint8_t *dst, size_t expected,
+                     zm_err *err)
 {
     size_t produced = 0;
-    int rc = codec(filter, src, src_size, dst, expected, &produced, err);
-    if (rc == ZM__TOO_SMALL)
+    int rc = decode(codec, src, src_size, dst, expected, &produced, err);
+    if (rc == ZM__TOO_SMALL) {
+        /* Out of room: more bytes than expected, or a stream cut short
+         * just after them (a gzip stream without its trailer) that a
+         * full output cannot tell apart. A little more room tells. */
+        size_t room = zm__add_sat(expected, 64);
+        uint8_t *spare = room < SIZE_MAX ? malloc(room) : NULL;
+        if (spare != NULL) {
+            rc = decode(codec, src, src_size, spare, room, &produced, err);
+            free(spare);
+            if (rc < 0)
+                return rc;
+            if (rc == 0 && produced < expected)
+                return zm_err_set(err, -EIO, "%s: decoded %zu bytes, expected %zu", name,
+                                  produced, expected);
+        }
         return zm_err_set(err, -EIO, "%s: decodes to more than the %zu bytes expected", name,
                           expected);
+    }
     if (rc < 0)
         return rc;
     if (produced != expected)
@@ -523,19 +606,15 @@ static int zm__decode_exact(zm__codec codec, const zm__filter *filter, const cha
     return 0;
 }
 
-/* Runs a codec whose output size is not known (it decodes the output of
- * another compressor): into a buffer it allocates, grown and decoded again
- * until the output fits, never past `limit` bytes so that a corrupt or
- * hostile stream cannot make us allocate without bound. */
-static int zm__decode_grow(zm__codec codec, const zm__filter *filter, const char *name,
-                           const uint8_t *src, size_t src_size, size_t limit, uint8_t **out,
-                           size_t *out_size, zm_err *err)
+int zm__decode_grow(zm__sized_decoder decode, const void *codec, const char *name, size_t hint,
+                    const uint8_t *src, size_t src_size, size_t limit, uint8_t **out,
+                    size_t *out_size, zm_err *err)
 {
-    size_t cap = zm__size_hint(filter->id, src, src_size);
+    size_t cap = hint;
     bool hinted = cap != ZM__SIZE_UNKNOWN;
     if (hinted && cap > limit)
-        return zm_err_set(err, -EIO, "%s: stream says it decodes to %zu bytes, more than %zu", name,
-                          cap, limit);
+        return zm_err_set(err, -EIO, "%s: the stream says it decodes to %zu bytes, more than %zu",
+                          name, cap, limit);
     if (!hinted) {
         cap = src_size > SIZE_MAX / 4 ? SIZE_MAX : src_size * 4;
         if (cap < ZM__GUESS_MIN)
@@ -548,7 +627,7 @@ static int zm__decode_grow(zm__codec codec, const zm__filter *filter, const char
         if (buf == NULL)
             return zm_err_set(err, -ENOMEM, "%s: out of memory for %zu bytes", name, cap);
         size_t produced = 0;
-        int rc = codec(filter, src, src_size, buf, cap, &produced, err);
+        int rc = decode(codec, src, src_size, buf, cap, &produced, err);
         if (rc == 0) {
             *out = buf;
             *out_size = produced;
@@ -674,7 +753,7 @@ int zm__filter_decode(const zm__filter *filters, unsigned count, unsigned filter
                 zm__unshuffle(next, cur, cur_size, element);
             next_size = cur_size;
         } else {
-            zm__codec codec = zm__codec_for(f->id);
+            zm__sized_decoder codec = zm__codec_for(f->id);
             if (last) {
                 rc = zm__decode_exact(codec, f, name, cur, cur_size, out, raw_size, err);
                 next = out;
@@ -687,7 +766,8 @@ int zm__filter_decode(const zm__filter *filters, unsigned count, unsigned filter
                 rc = zm__decode_exact(codec, f, name, cur, cur_size, next, want, err);
                 next_size = want;
             } else {
-                rc = zm__decode_grow(codec, f, name, cur, cur_size, limit, &next, &next_size, err);
+                rc = zm__decode_grow(codec, f, name, zm__size_hint(f->id, cur, cur_size), cur,
+                                     cur_size, limit, &next, &next_size, err);
             }
             if (rc < 0) {
                 if (next != out)
@@ -711,10 +791,11 @@ int zm__filter_decode_unsized(const zm__filter *filter, const uint8_t *in, size_
 {
     char name[32];
     zm__filter_name(filter->id, name);
-    zm__codec codec = zm__codec_for(filter->id);
+    zm__sized_decoder codec = zm__codec_for(filter->id);
     if (codec == NULL)
         return zm_err_set(err, -ENOTSUP, "%s is not a compressor zarrmount decodes", name);
-    return zm__decode_grow(codec, filter, name, in, in_size, limit, out, out_size, err);
+    return zm__decode_grow(codec, filter, name, zm__size_hint(filter->id, in, in_size), in,
+                           in_size, limit, out, out_size, err);
 }
 
 /* ISA-L's inflate, where a part of a chunk is wanted: it stops when the

@@ -3,6 +3,7 @@
 #ifndef ZARRMOUNT_SOURCE_FILTERS_H
 #define ZARRMOUNT_SOURCE_FILTERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,5 +69,76 @@ int zm__inflate_prefix(zm__stored_reader read, void *context, size_t stored, siz
  * For HDF5's own reads, which hand a filter only the chunk's bytes. */
 int zm__filter_decode_unsized(const zm__filter *filter, const uint8_t *in, size_t in_size,
                               size_t limit, uint8_t **out, size_t *out_size, zm_err *err);
+
+/* ---- compressors shared with Zarr's codecs (zarr_codecs.c) ---------------
+ *
+ * Each decodes src[0 .. src_size) into dst[0 .. cap) and sets *produced to
+ * the bytes written. It returns 0, or ZM__TOO_SMALL (not an errno) when the
+ * output does not fit in cap (a size mismatch to report or, for an output
+ * of unknown size, a sign to retry with more room), or a negative errno
+ * with a reason that starts with name (the codec or filter, for messages).
+ * Thread-safe. */
+
+/* A decoder's answer when its output does not fit the capacity given. */
+#define ZM__TOO_SMALL 1
+
+/* An output size that no metadata and no stream header records. */
+#define ZM__SIZE_UNKNOWN SIZE_MAX
+
+/* One zlib stream (header, deflate data, adler32 checked; bytes after it
+ * ignored, as HDF5's deflate and Python's zlib.decompress ignore them) or,
+ * with gzip, gzip members one after another as Python's gzip.GzipFile
+ * reads them (each CRC-32 and size checked, zero padding between members
+ * skipped, anything else after a member an error). libdeflate decodes the
+ * well-formed ones; whatever it refuses goes through zlib, whose messages
+ * say what is wrong. */
+int zm__inflate_sized(const char *name, bool gzip, const uint8_t *src, size_t src_size,
+                      uint8_t *dst, size_t cap, size_t *produced, zm_err *err);
+
+/* One or more Zstandard frames (a frame's checksum checked when the writer
+ * put one in), decoded with the thread's context (zm__zstd_context). */
+int zm__unzstd_sized(const char *name, const uint8_t *src, size_t src_size, uint8_t *dst,
+                     size_t cap, size_t *produced, zm_err *err);
+
+/* The sizes a run of Zstandard frames records, summed (a skippable frame
+ * counts 0); ZM__SIZE_UNKNOWN if a frame records none or is damaged. */
+size_t zm__zstd_size(const uint8_t *src, size_t src_size);
+
+/* The thread's Zstandard decompression context, kept while the thread
+ * lives (freed as it ends): ZSTD_decompress would make and free one, a few
+ * hundred KiB, for every chunk. NULL without memory. */
+struct ZSTD_DCtx_s *zm__zstd_context(void);
+
+/* The size one blosc buffer decodes to, once its header is checked against
+ * the src_size bytes we have (c-blosc's decompressor trusts the header's
+ * compressed size: this check is what makes untrusted input safe). err may
+ * be NULL. */
+int zm__blosc_size(const char *name, const uint8_t *src, size_t src_size, size_t *nbytes,
+                   zm_err *err);
+
+/* One blosc buffer, which records its own inner compressor, shuffle and
+ * type size. -ENOTSUP if its compressor is one this c-blosc lacks. */
+int zm__unblosc_sized(const char *name, const uint8_t *src, size_t src_size, uint8_t *dst,
+                      size_t cap, size_t *produced, zm_err *err);
+
+/* A decoder as zm__decode_exact and zm__decode_grow run it: codec is the
+ * caller's description of it (a zm__filter, a Zarr codec). */
+typedef int (*zm__sized_decoder)(const void *codec, const uint8_t *src, size_t src_size,
+                                 uint8_t *dst, size_t cap, size_t *produced, zm_err *err);
+
+/* Runs a decoder whose output size is known: exactly expected bytes into
+ * dst, or -EIO with a reason naming name and the sizes. */
+int zm__decode_exact(zm__sized_decoder decode, const void *codec, const char *name,
+                     const uint8_t *src, size_t src_size, uint8_t *dst, size_t expected,
+                     zm_err *err);
+
+/* Runs a decoder whose output size is not known: into a buffer it
+ * allocates (*out, *out_size), grown and decoded again until the output
+ * fits, never past limit bytes, so that a damaged or hostile stream cannot
+ * make us allocate without bound. hint: the size the stream says it has
+ * (ZM__SIZE_UNKNOWN if it says none). */
+int zm__decode_grow(zm__sized_decoder decode, const void *codec, const char *name, size_t hint,
+                    const uint8_t *src, size_t src_size, size_t limit, uint8_t **out,
+                    size_t *out_size, zm_err *err);
 
 #endif

@@ -346,30 +346,6 @@ static herr_t list_one(hid_t group, const char *name, const H5L_info_t *info, vo
     return c->names[c->count++] ? 0 : -1;
 }
 
-static int strings_from_list(char **names, size_t count, zm_strings *out)
-{
-    size_t total = 0;
-    for (size_t i = 0; i < count; i++)
-        total += strlen(names[i]);
-    out->count = count;
-    out->offsets = malloc((count + 1) * sizeof *out->offsets);
-    out->bytes = malloc(total + 1);
-    if (out->offsets == NULL || out->bytes == NULL) {
-        zm_strings_free(out);
-        return -ENOMEM;
-    }
-    size_t at = 0;
-    for (size_t i = 0; i < count; i++) {
-        size_t n = strlen(names[i]);
-        out->offsets[i] = at;
-        memcpy(out->bytes + at, names[i], n);
-        at += n;
-    }
-    out->offsets[count] = at;
-    out->bytes[at] = '\0';
-    return 0;
-}
-
 int zm__h5_list(hid_t location, const char *group, zm_strings *names)
 {
     memset(names, 0, sizeof *names);
@@ -377,7 +353,7 @@ int zm__h5_list(hid_t location, const char *group, zm_strings *names)
     hsize_t index = 0;
     herr_t status = H5Literate_by_name(location, group, H5_INDEX_NAME, H5_ITER_INC, &index,
                                        list_one, &c, H5P_DEFAULT);
-    int rc = status < 0 ? -EIO : strings_from_list(c.names, c.count, names);
+    int rc = status < 0 ? -EIO : zm__strings_of_names((const char *const *)c.names, c.count, names);
     for (size_t i = 0; i < c.count; i++)
         free(c.names[i]);
     free(c.names);
@@ -397,7 +373,7 @@ int zm__h5_compound_members(hid_t location, const char *dataset, zm_strings *nam
         char **list = calloc(n > 0 ? (size_t)n : 1, sizeof *list);
         for (int i = 0; list && i < n; i++)
             list[i] = H5Tget_member_name(type, (unsigned)i);
-        rc = list ? strings_from_list(list, (size_t)n, names) : -ENOMEM;
+        rc = list ? zm__strings_of_names((const char *const *)list, (size_t)n, names) : -ENOMEM;
         for (int i = 0; list && i < n; i++)
             H5free_memory(list[i]);
         free(list);

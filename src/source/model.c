@@ -461,3 +461,72 @@ void zm__set_free(zm__set *set)
     free(set->slots);
     memset(set, 0, sizeof *set);
 }
+
+int zm__strings_from(size_t count, zm__string_piece at, const void *context, zm_strings *out)
+{
+    size_t total = 0, length;
+    for (size_t i = 0; i < count; i++) {
+        at(context, i, &length);
+        total += length;
+    }
+    out->count = count;
+    out->offsets = malloc((count + 1) * sizeof *out->offsets);
+    out->bytes = malloc(total + 1);
+    if (out->offsets == NULL || out->bytes == NULL) {
+        zm_strings_free(out);
+        return -ENOMEM;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < count; i++) {
+        const char *piece = at(context, i, &length);
+        out->offsets[i] = o;
+        if (length > 0)
+            memcpy(out->bytes + o, piece, length);
+        o += length;
+    }
+    out->offsets[count] = o;
+    out->bytes[o] = '\0';
+    return 0;
+}
+
+static const char *zm__name_at(const void *context, size_t i, size_t *length)
+{
+    const char *name = ((const char *const *)context)[i];
+    *length = strlen(name);
+    return name;
+}
+
+int zm__strings_of_names(const char *const *names, size_t count, zm_strings *out)
+{
+    return zm__strings_from(count, zm__name_at, names, out);
+}
+
+int zm__strings_add(zm__strings_builder *b, const char *text, size_t length)
+{
+    if (b->s.offsets == NULL || b->s.count + 1 >= b->items) {
+        size_t items = b->items ? 2 * b->items : 64;
+        uint64_t *offsets = realloc(b->s.offsets, items * sizeof *offsets);
+        if (offsets == NULL)
+            return -ENOMEM;
+        if (b->items == 0)
+            offsets[0] = 0;
+        b->s.offsets = offsets;
+        b->items = items;
+    }
+    uint64_t at = b->s.offsets[b->s.count];
+    if (at + length + 1 > b->bytes) {
+        size_t bytes = b->bytes ? 2 * b->bytes : 1024;
+        while (bytes < at + length + 1)
+            bytes *= 2;
+        char *grown = realloc(b->s.bytes, bytes);
+        if (grown == NULL)
+            return -ENOMEM;
+        b->s.bytes = grown;
+        b->bytes = bytes;
+    }
+    if (length > 0)
+        memcpy(b->s.bytes + at, text, length);
+    b->s.offsets[++b->s.count] = at + length;
+    b->s.bytes[at + length] = '\0';
+    return 0;
+}

@@ -321,6 +321,21 @@ int zm__h5_attribute_bool(hid_t location, const char *object, const char *name, 
 /* An object reference attribute, resolved to the referenced object's path. */
 int zm__h5_attribute_reference(hid_t location, const char *object, const char *name,
                                char **path);
+/* String i of a caller's list (context): its bytes, *length of them. */
+typedef const char *(*zm__string_piece)(const void *context, size_t i, size_t *length);
+/* Sets *out to count strings, string i being at(context, i) (asked for
+ * twice: once to size, once to copy). 0, or -ENOMEM with *out empty. */
+int zm__strings_from(size_t count, zm__string_piece at, const void *context, zm_strings *out);
+/* The same for count NUL-terminated names. */
+int zm__strings_of_names(const char *const *names, size_t count, zm_strings *out);
+/* Strings grown one at a time: zero-initialised to start, then s holds
+ * them (its bytes NUL-terminated once one is added). */
+typedef struct zm__strings_builder {
+    zm_strings s;
+    size_t items, bytes; /* capacities */
+} zm__strings_builder;
+/* Appends text (length bytes): 0, or -ENOMEM (b as it was). */
+int zm__strings_add(zm__strings_builder *b, const char *text, size_t length);
 /* Names of a group's links, in name order. */
 int zm__h5_list(hid_t location, const char *group, zm_strings *names);
 /* The members of a compound dataset. */

@@ -583,43 +583,10 @@ int zm__10x_feature_modalities(zm_source *source, zm_err *err)
 
 /* ---- A v2 file's genomes ---------------------------------------------------------- */
 
-/* Strings grown one at a time. */
-typedef struct strings_builder {
-    zm_strings s;
-    size_t items, bytes; /* capacities */
-} strings_builder;
-
-static int strings_add(strings_builder *b, const char *bytes, size_t length)
-{
-    if (b->s.offsets == NULL || b->s.count + 1 >= b->items) {
-        size_t items = b->items ? 2 * b->items : 64;
-        uint64_t *offsets = realloc(b->s.offsets, items * sizeof *offsets);
-        if (offsets == NULL)
-            return -ENOMEM;
-        if (b->items == 0)
-            offsets[0] = 0;
-        b->s.offsets = offsets;
-        b->items = items;
-    }
-    uint64_t at = b->s.offsets[b->s.count];
-    if (at + length + 1 > b->bytes) {
-        size_t bytes = b->bytes ? 2 * b->bytes : 1024;
-        while (bytes < at + length + 1)
-            bytes *= 2;
-        char *grown = realloc(b->s.bytes, bytes);
-        if (grown == NULL)
-            return -ENOMEM;
-        b->s.bytes = grown;
-        b->bytes = bytes;
-    }
-    memcpy(b->s.bytes + at, bytes, length);
-    b->s.offsets[++b->s.count] = at + length;
-    return 0;
-}
-
 /* A memory string array element parent/name (taking the strings). */
 static int strings_element(zm_source *source, zm_element *parent, const char *name,
-                           strings_builder *b, const char *what, zm_element **out, zm_err *err)
+                           zm__strings_builder *b, const char *what, zm_element **out,
+                           zm_err *err)
 {
     if (b->s.offsets == NULL && (b->s.offsets = calloc(1, sizeof *b->s.offsets)) == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory"); /* no strings: one offset, 0 */
@@ -670,7 +637,7 @@ int zm__10x_genome_modalities(zm_source *source, const char (*groups)[ZM__PATH_B
         slots *= 2;
     uint32_t *table = malloc(slots * sizeof *table);
     uint32_t **global_of = calloc(count, sizeof *global_of);
-    strings_builder cells = {0};
+    zm__strings_builder cells = {0};
     if (table == NULL || global_of == NULL)
         rc = zm_err_set(err, -ENOMEM, "out of memory");
     for (size_t t = 0; rc == 0 && t < slots; t++)
@@ -698,7 +665,7 @@ int zm__10x_genome_modalities(zm_source *source, const char (*groups)[ZM__PATH_B
             }
             if (table[slot] == UINT32_MAX) {
                 table[slot] = (uint32_t)cells.s.count;
-                if (strings_add(&cells, b, length) != 0)
+                if (zm__strings_add(&cells, b, length) != 0)
                     rc = zm_err_set(err, -ENOMEM, "out of memory");
             }
             global_of[i][r] = table[slot];
@@ -732,7 +699,7 @@ int zm__10x_genome_modalities(zm_source *source, const char (*groups)[ZM__PATH_B
 
     /* The global genes: every genome's, one after another, with the
      * genome each is of. */
-    strings_builder names = {0}, ids = {0}, of = {0};
+    zm__strings_builder names = {0}, ids = {0}, of = {0};
     int with_ids = 1; /* every genome has string gene ids: a column of them */
     for (size_t i = 0; rc == 0 && i < count; i++) {
         zm_source *m = source->modalities[i];
@@ -746,10 +713,11 @@ int zm__10x_genome_modalities(zm_source *source, const char (*groups)[ZM__PATH_B
             rc = zm_array_read_strings(m, id->values, NULL, 0, &b, err);
         for (uint64_t f = 0; rc == 0 && f < m->n_vars; f++) {
             const char *genome = source->modality_names[i];
-            if (strings_add(&names, a.bytes + a.offsets[f], a.offsets[f + 1] - a.offsets[f]) ||
-                strings_add(&of, genome, strlen(genome)) ||
-                (with_ids && strings_add(&ids, b.bytes + b.offsets[f],
-                                         b.offsets[f + 1] - b.offsets[f])))
+            if (zm__strings_add(&names, a.bytes + a.offsets[f],
+                                a.offsets[f + 1] - a.offsets[f]) ||
+                zm__strings_add(&of, genome, strlen(genome)) ||
+                (with_ids && zm__strings_add(&ids, b.bytes + b.offsets[f],
+                                             b.offsets[f + 1] - b.offsets[f])))
                 rc = zm_err_set(err, -ENOMEM, "out of memory");
         }
         zm_strings_free(&a);

@@ -458,41 +458,6 @@ int zm__zarr_chunk_prefix(zm_source *source, zm_array *array, uint64_t chunk, ui
 
 /* ---- Strings ------------------------------------------------------------------------ */
 
-/* Appends string (length bytes) to a growing set. */
-typedef struct string_builder {
-    zm_strings s;
-    size_t capacity_items, capacity_bytes;
-} string_builder;
-
-static int builder_add(string_builder *b, const char *text, size_t length)
-{
-    if (b->s.count + 2 > b->capacity_items) {
-        size_t n = b->capacity_items ? 2 * b->capacity_items : 256;
-        uint64_t *grown = realloc(b->s.offsets, n * sizeof *grown);
-        if (grown == NULL)
-            return -ENOMEM;
-        b->s.offsets = grown;
-        b->capacity_items = n;
-        if (b->s.count == 0)
-            b->s.offsets[0] = 0;
-    }
-    uint64_t at = b->s.offsets[b->s.count];
-    if (at + length + 1 > b->capacity_bytes) {
-        size_t n = b->capacity_bytes ? 2 * b->capacity_bytes : 4096;
-        while (n < at + length + 1)
-            n *= 2;
-        char *grown = realloc(b->s.bytes, n);
-        if (grown == NULL)
-            return -ENOMEM;
-        b->s.bytes = grown;
-        b->capacity_bytes = n;
-    }
-    memcpy(b->s.bytes + at, text, length);
-    b->s.offsets[++b->s.count] = at + length;
-    b->s.bytes[at + length] = '\0';
-    return 0;
-}
-
 /* One code point as UTF-8 into out (4 bytes at most); 0 for one that is
  * not a character. */
 static size_t utf8_put(uint32_t c, char *out)
@@ -540,11 +505,11 @@ static int decode_chunk_strings(zm_source *source, zm_array *array, uint64_t chu
     uint64_t count = 1;
     for (unsigned d = 0; d < m->rank; d++)
         count *= c.shape[d];
-    string_builder b = {0};
+    zm__strings_builder b = {0};
     if (c.bytes == NULL) {
         /* Never written: the fill value, "" (what zarr-python fills strings with). */
         for (uint64_t i = 0; i < count; i++)
-            if (builder_add(&b, "", 0) != 0) {
+            if (zm__strings_add(&b, "", 0) != 0) {
                 zm_strings_free(&b.s);
                 return zm_err_set(err, -ENOMEM, "out of memory");
             }
@@ -598,7 +563,7 @@ static int decode_chunk_strings(zm_source *source, zm_array *array, uint64_t chu
                 n += w;
             }
         }
-        if (rc == 0 && builder_add(&b, text, n) != 0)
+        if (rc == 0 && zm__strings_add(&b, text, n) != 0)
             rc = zm_err_set(err, -ENOMEM, "out of memory");
     }
     free(text);
@@ -704,7 +669,7 @@ static int all_strings(zm_source *source, zm_array *array, zm_strings *out, zm_e
     uint64_t total = 1;
     for (unsigned d = 0; d < m->rank; d++)
         total *= m->shape[d];
-    string_builder b = {0};
+    zm__strings_builder b = {0};
     zm_strings *chunks = NULL;
     int rc = 0;
     if (m->rank <= 1) {
@@ -714,7 +679,7 @@ static int all_strings(zm_source *source, zm_array *array, zm_strings *out, zm_e
                 break;
             uint64_t first = c * (m->rank ? array->chunk[0] : 1);
             for (uint64_t i = 0; rc == 0 && i < piece.count && first + i < total; i++)
-                if (builder_add(&b, piece.bytes + piece.offsets[i],
+                if (zm__strings_add(&b, piece.bytes + piece.offsets[i],
                                 piece.offsets[i + 1] - piece.offsets[i]) != 0)
                     rc = zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
             zm_strings_free(&piece);
@@ -739,7 +704,7 @@ static int all_strings(zm_source *source, zm_array *array, zm_strings *out, zm_e
             const zm_strings *p = &chunks[chunk];
             if (within >= p->count)
                 rc = zm_err_set(err, -EIO, "%s: a chunk holds too few strings", array->file_path);
-            else if (builder_add(&b, p->bytes + p->offsets[within],
+            else if (zm__strings_add(&b, p->bytes + p->offsets[within],
                                  p->offsets[within + 1] - p->offsets[within]) != 0)
                 rc = zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
         }
@@ -784,10 +749,11 @@ int zm__zarr_read_strings(zm_source *source, zm_array *array, const uint64_t *ro
                 *out = all;
             return rc;
         }
-        string_builder b = {0};
+        zm__strings_builder b = {0};
         for (size_t i = 0; rc == 0 && i < count; i++)
             for (uint64_t j = rows[i] * per_row; rc == 0 && j < (rows[i] + 1) * per_row; j++)
-                if (builder_add(&b, all.bytes + all.offsets[j], all.offsets[j + 1] - all.offsets[j]))
+                if (zm__strings_add(&b, all.bytes + all.offsets[j],
+                                    all.offsets[j + 1] - all.offsets[j]))
                     rc = zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
         zm_strings_free(&all);
         if (rc != 0) {
@@ -799,7 +765,7 @@ int zm__zarr_read_strings(zm_source *source, zm_array *array, const uint64_t *ro
     }
     /* 1-d, some rows: only the chunks they lie in, each decoded once and
      * kept in the cache. */
-    string_builder b = {0};
+    zm__strings_builder b = {0};
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < count;) {
         uint64_t chunk = rows[i] / array->chunk[0];
@@ -812,7 +778,7 @@ int zm__zarr_read_strings(zm_source *source, zm_array *array, const uint64_t *ro
             uint64_t at = rows[i] - first;
             if (at >= piece.count)
                 rc = zm_err_set(err, -EIO, "%s: a chunk holds too few strings", array->file_path);
-            else if (builder_add(&b, piece.bytes + piece.offsets[at],
+            else if (zm__strings_add(&b, piece.bytes + piece.offsets[at],
                                  piece.offsets[at + 1] - piece.offsets[at]) != 0)
                 rc = zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
         }

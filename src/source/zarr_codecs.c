@@ -16,10 +16,10 @@
  */
 #include "source/zarr_store.h"
 
-#include <blosc.h>
+#include "source/filters.h"
+
 #include <bzlib.h>
 #include <errno.h>
-#include <pthread.h>
 #include <isa-l/crc.h>
 #include <limits.h>
 #include <lz4.h>
@@ -27,21 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 #include <zstd.h>
-#include <zstd_errors.h>
-
-/* A codec returns this (not an errno) when its output does not fit the
- * capacity it was given: either a size mismatch to report or, for an
- * output of unknown size, a sign to retry with more room. */
-#define ZM__TOO_SMALL 1
-
-/* A stage's output size when no metadata says it (a compressor's output
- * that another compressor compressed; a chunk of strings). */
-#define ZM__SIZE_UNKNOWN SIZE_MAX
-
-/* First guess for an output of unknown size, before doubling. */
-#define ZM__GUESS_MIN 65536
 
 /* The most a chunk of variable-length strings may decode to: its size is
  * in no metadata, and a stream claiming more is taken as damaged rather
@@ -97,99 +83,21 @@ uint32_t zm__crc32c(const uint8_t *bytes, size_t size)
 
 /* ---- one codec: decode src into dst[0 .. cap), say the size produced ---------- */
 
-static int zm__unzlib(const zm__zcodec *codec, const uint8_t *src, size_t src_size, uint8_t *dst,
+static int zm__unzlib(const void *c, const uint8_t *src, size_t src_size, uint8_t *dst,
                       size_t cap, size_t *produced, zm_err *err)
 {
     /* numcodecs' Zlib is Python's zlib.decompress (one zlib stream, its
      * adler32 checked, bytes after it ignored); its GZip is gzip.GzipFile
-     * (gzip members one after another, each CRC-32 and size checked, zero
-     * padding between them skipped, anything else after a member an
-     * error). zlib's inflate does both, fed in pieces of at most UINT_MAX
-     * bytes so that chunks over 4 GiB work. */
-    bool gzip = codec->id == ZM__ZCODEC_GZIP;
-    *produced = 0;
-    z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    int rc = inflateInit2(&zs, gzip ? 16 + MAX_WBITS : MAX_WBITS);
-    if (rc == Z_MEM_ERROR)
-        return zm_err_set(err, -ENOMEM, "%s: out of memory", codec->name);
-    if (rc != Z_OK)
-        return zm_err_set(err, -EIO, "%s: inflateInit failed (%d)", codec->name, rc);
-    size_t in_left = src_size, out_left = cap;
-    zs.next_in = (Bytef *)src; /* zlib only reads it; its API is not const-correct */
-    zs.next_out = dst;
-    int result = 0;
-    for (;;) {
-        if (zs.avail_in == 0 && in_left > 0) {
-            zs.avail_in = in_left > UINT_MAX ? UINT_MAX : (uInt)in_left;
-            in_left -= zs.avail_in;
-        }
-        if (zs.avail_out == 0 && out_left > 0) {
-            zs.avail_out = out_left > UINT_MAX ? UINT_MAX : (uInt)out_left;
-            out_left -= zs.avail_out;
-        }
-        rc = inflate(&zs, Z_NO_FLUSH);
-        if (rc == Z_OK)
-            continue;
-        if (rc == Z_STREAM_END) {
-            if (!gzip)
-                break;
-            /* Zero padding, then another member or the end. */
-            while (zs.avail_in > 0 || in_left > 0) {
-                if (zs.avail_in == 0) {
-                    zs.avail_in = in_left > UINT_MAX ? UINT_MAX : (uInt)in_left;
-                    in_left -= zs.avail_in;
-                }
-                if (*zs.next_in != 0)
-                    break;
-                zs.next_in++;
-                zs.avail_in--;
-            }
-            if (zs.avail_in == 0 && in_left == 0)
-                break;
-            if (zs.next_in[0] != 0x1f) {
-                result = zm_err_set(err, -EIO, "%s: %zu bytes after the gzip stream are not gzip",
-                                    codec->name, (size_t)zs.avail_in + in_left);
-                break;
-            }
-            rc = inflateReset(&zs);
-            if (rc != Z_OK) {
-                result = zm_err_set(err, -EIO, "%s: inflateReset failed (%d)", codec->name, rc);
-                break;
-            }
-            continue;
-        }
-        if (rc == Z_BUF_ERROR) {
-            /* No progress was possible: the output is full while the
-             * stream goes on, or the input ended before the stream. */
-            if (zs.avail_out == 0 && out_left == 0)
-                result = ZM__TOO_SMALL;
-            else
-                result = zm_err_set(err, -EIO,
-                                    "%s: stream truncated (its %zu stored bytes end before the "
-                                    "stream does)",
-                                    codec->name, src_size);
-        } else if (rc == Z_DATA_ERROR) {
-            result = zm_err_set(err, -EIO, "%s: stream corrupt (%s)", codec->name,
-                                zs.msg ? zs.msg : "invalid data");
-        } else if (rc == Z_NEED_DICT) {
-            result = zm_err_set(err, -EIO, "%s: stream corrupt (asks for a preset dictionary)",
-                                codec->name);
-        } else if (rc == Z_MEM_ERROR) {
-            result = zm_err_set(err, -ENOMEM, "%s: out of memory", codec->name);
-        } else {
-            result = zm_err_set(err, -EIO, "%s: inflate failed (%d)", codec->name, rc);
-        }
-        break;
-    }
-    *produced = cap - out_left - zs.avail_out;
-    inflateEnd(&zs);
-    return result;
+     * (gzip members one after another): zm__inflate_sized reads both. */
+    const zm__zcodec *codec = c;
+    return zm__inflate_sized(codec->name, codec->id == ZM__ZCODEC_GZIP, src, src_size, dst, cap,
+                             produced, err);
 }
 
-static int zm__unbz2(const zm__zcodec *codec, const uint8_t *src, size_t src_size, uint8_t *dst,
+static int zm__unbz2(const void *c, const uint8_t *src, size_t src_size, uint8_t *dst,
                      size_t cap, size_t *produced, zm_err *err)
 {
+    const zm__zcodec *codec = c;
     /* numcodecs' BZ2 is Python's bz2.decompress: bzip2 streams one after
      * another, each ending with its CRC (checked by libbz2). */
     *produced = 0;
@@ -252,9 +160,10 @@ static int zm__unbz2(const zm__zcodec *codec, const uint8_t *src, size_t src_siz
     return result;
 }
 
-static int zm__unlz4(const zm__zcodec *codec, const uint8_t *src, size_t src_size, uint8_t *dst,
+static int zm__unlz4(const void *c, const uint8_t *src, size_t src_size, uint8_t *dst,
                      size_t cap, size_t *produced, zm_err *err)
 {
+    const zm__zcodec *codec = c;
     /* numcodecs' LZ4: the decoded size as 4 bytes little-endian, then one
      * LZ4 block (LZ4_compress_fast). LZ4_decompress_safe never reads or
      * writes outside the sizes it is given. */
@@ -283,111 +192,21 @@ static int zm__unlz4(const zm__zcodec *codec, const uint8_t *src, size_t src_siz
     return 0;
 }
 
-/* A decompression context of the thread's, kept while it lives (freed as
- * it ends): ZSTD_decompress makes and frees one, a few hundred KiB, for
- * every chunk. NULL without memory. */
-static pthread_key_t zstd_key;
-static pthread_once_t zstd_once = PTHREAD_ONCE_INIT;
-
-static void zm__zstd_free(void *context)
-{
-    ZSTD_freeDCtx(context);
-}
-
-static void zm__zstd_key(void)
-{
-    (void)pthread_key_create(&zstd_key, zm__zstd_free);
-}
-
-static ZSTD_DCtx *zm__zstd_context(void)
-{
-    pthread_once(&zstd_once, zm__zstd_key);
-    ZSTD_DCtx *context = pthread_getspecific(zstd_key);
-    if (context == NULL && (context = ZSTD_createDCtx()) != NULL &&
-        pthread_setspecific(zstd_key, context) != 0) {
-        ZSTD_freeDCtx(context);
-        context = NULL;
-    }
-    return context;
-}
-
-static int zm__unzstd(const zm__zcodec *codec, const uint8_t *src, size_t src_size, uint8_t *dst,
+static int zm__unzstd(const void *c, const uint8_t *src, size_t src_size, uint8_t *dst,
                       size_t cap, size_t *produced, zm_err *err)
 {
-    /* One or more frames (numcodecs' Zstd, zarr's zstd); ZSTD_decompress
-     * checks a frame's checksum when the writer put one in. */
-    *produced = 0;
-    ZSTD_DCtx *context = zm__zstd_context();
-    if (context == NULL)
-        return zm_err_set(err, -ENOMEM, "%s: out of memory", codec->name);
-    size_t rc = ZSTD_decompressDCtx(context, dst, cap, src, src_size);
-    if (ZSTD_isError(rc)) {
-        ZSTD_ErrorCode code = ZSTD_getErrorCode(rc);
-        if (code == ZSTD_error_dstSize_tooSmall)
-            return ZM__TOO_SMALL;
-        if (code == ZSTD_error_memory_allocation)
-            return zm_err_set(err, -ENOMEM, "%s: out of memory", codec->name);
-        return zm_err_set(err, -EIO, "%s: stream corrupt (%s)", codec->name, ZSTD_getErrorName(rc));
-    }
-    *produced = rc;
-    return 0;
+    /* One or more frames (numcodecs' Zstd, zarr's zstd). */
+    const zm__zcodec *codec = c;
+    return zm__unzstd_sized(codec->name, src, src_size, dst, cap, produced, err);
 }
 
-/* The size a blosc buffer decodes to, once its header is checked against
- * the bytes we have: c-blosc's decompressor takes no input size and trusts
- * the header's, so blosc_cbuffer_validate is what makes untrusted input
- * safe to decode. */
-static int zm__blosc_size(const zm__zcodec *codec, const uint8_t *src, size_t src_size,
-                          size_t *nbytes, zm_err *err)
-{
-    if (src_size < BLOSC_MIN_HEADER_LENGTH)
-        return zm_err_set(err, -EIO,
-                          "%s: stream truncated (%zu stored bytes, the header alone needs %d)",
-                          codec->name, src_size, BLOSC_MIN_HEADER_LENGTH);
-    if (blosc_cbuffer_validate(src, src_size, nbytes) != 0) {
-        size_t claimed_nbytes, claimed_cbytes, blocksize;
-        blosc_cbuffer_sizes(src, &claimed_nbytes, &claimed_cbytes, &blocksize);
-        return zm_err_set(err, -EIO,
-                          "%s: stream corrupt (its header claims %zu compressed bytes for %zu "
-                          "decoded; %zu bytes are stored)",
-                          codec->name, claimed_cbytes, claimed_nbytes, src_size);
-    }
-    return 0;
-}
-
-static int zm__unblosc(const zm__zcodec *codec, const uint8_t *src, size_t src_size, uint8_t *dst,
+static int zm__unblosc(const void *c, const uint8_t *src, size_t src_size, uint8_t *dst,
                        size_t cap, size_t *produced, zm_err *err)
 {
     /* One blosc buffer, which records its inner compressor, shuffle and
-     * type size itself; the _ctx call keeps no global state. */
-    *produced = 0;
-    size_t nbytes;
-    int rc = zm__blosc_size(codec, src, src_size, &nbytes, err);
-    if (rc < 0)
-        return rc;
-    if (nbytes > cap)
-        return ZM__TOO_SMALL;
-    if (nbytes == 0)
-        return 0;
-    int n = blosc_decompress_ctx(src, dst, cap, 1);
-    if (n <= 0) {
-        /* A compressor this c-blosc was built without is a codec we lack,
-         * not damage. */
-        const char *library = blosc_cbuffer_complib(src);
-        const char *known = blosc_list_compressors();
-        if (library != NULL && known != NULL && strcasestr(known, library) == NULL)
-            return zm_err_set(err, -ENOTSUP,
-                              "%s: the chunk is compressed with %s, which this "
-                              "c-blosc does not decode (it has %s)",
-                              codec->name, library, known);
-        return zm_err_set(err, -EIO, "%s: stream corrupt (blosc_decompress_ctx returned %d)",
-                          codec->name, n);
-    }
-    if ((size_t)n != nbytes)
-        return zm_err_set(err, -EIO, "%s: decoded %d bytes, its header says %zu", codec->name, n,
-                          nbytes);
-    *produced = (size_t)n;
-    return 0;
+     * type size itself. */
+    const zm__zcodec *codec = c;
+    return zm__unblosc_sized(codec->name, src, src_size, dst, cap, produced, err);
 }
 
 /* crc32c: the CRC-32C of what precedes them, 4 bytes little-endian at the
@@ -408,10 +227,7 @@ static int zm__crc_check(const zm__zcodec *codec, const uint8_t *src, size_t src
     return 0;
 }
 
-typedef int (*zm__decoder)(const zm__zcodec *codec, const uint8_t *src, size_t src_size,
-                           uint8_t *dst, size_t cap, size_t *produced, zm_err *err);
-
-static zm__decoder zm__decoder_for(zm__zcodec_id id)
+static zm__sized_decoder zm__decoder_for(zm__zcodec_id id)
 {
     switch (id) {
     case ZM__ZCODEC_BLOSC:
@@ -434,102 +250,15 @@ static zm__decoder zm__decoder_for(zm__zcodec_id id)
  * that an output of unknown size is allocated once. */
 static size_t zm__size_hint(const zm__zcodec *codec, const uint8_t *src, size_t src_size)
 {
-    if (codec->id == ZM__ZCODEC_BLOSC) {
-        size_t nbytes;
-        if (zm__blosc_size(codec, src, src_size, &nbytes, NULL) == 0)
-            return nbytes;
-    } else if (codec->id == ZM__ZCODEC_LZ4) {
-        if (src_size >= 4)
-            return zm__le32(src);
-    } else if (codec->id == ZM__ZCODEC_ZSTD) {
-        /* The frames' sizes summed, if every frame records its own. */
-        size_t total = 0;
-        while (src_size > 0) {
-            unsigned long long n = ZSTD_getFrameContentSize(src, src_size);
-            size_t frame = ZSTD_findFrameCompressedSize(src, src_size);
-            if (n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR ||
-                ZSTD_isError(frame) || n > SIZE_MAX - total)
-                return ZM__SIZE_UNKNOWN;
-            total += (size_t)n;
-            src += frame;
-            src_size -= frame;
-        }
-        return total;
-    }
+    size_t nbytes;
+    if (codec->id == ZM__ZCODEC_BLOSC)
+        return zm__blosc_size(codec->name, src, src_size, &nbytes, NULL) == 0 ? nbytes
+                                                                               : ZM__SIZE_UNKNOWN;
+    if (codec->id == ZM__ZCODEC_LZ4)
+        return src_size >= 4 ? zm__le32(src) : ZM__SIZE_UNKNOWN;
+    if (codec->id == ZM__ZCODEC_ZSTD)
+        return zm__zstd_size(src, src_size); /* the frames' sizes summed, if each records one */
     return ZM__SIZE_UNKNOWN;
-}
-
-/* A compressor whose output size is known: exactly expected bytes into
- * dst, or the reason why not. */
-static int zm__decode_exact(const zm__zcodec *codec, const uint8_t *src, size_t src_size,
-                            uint8_t *dst, size_t expected, zm_err *err)
-{
-    size_t produced = 0;
-    zm__decoder decode = zm__decoder_for(codec->id);
-    int rc = decode(codec, src, src_size, dst, expected, &produced, err);
-    if (rc == ZM__TOO_SMALL) {
-        /* Out of room: more bytes than expected, or a stream cut short
-         * just after them (a gzip stream without its trailer) that a
-         * full output cannot tell apart. A little more room tells. */
-        size_t room = zm__add_sat(expected, 64);
-        uint8_t *spare = room < SIZE_MAX ? malloc(room) : NULL;
-        if (spare != NULL) {
-            rc = decode(codec, src, src_size, spare, room, &produced, err);
-            free(spare);
-            if (rc < 0)
-                return rc;
-            if (rc == 0 && produced < expected)
-                return zm_err_set(err, -EIO, "%s: decoded %zu bytes, expected %zu", codec->name,
-                                  produced, expected);
-        }
-        return zm_err_set(err, -EIO, "%s: decodes to more than the %zu bytes expected", codec->name,
-                          expected);
-    }
-    if (rc < 0)
-        return rc;
-    if (produced != expected)
-        return zm_err_set(err, -EIO, "%s: decoded %zu bytes, expected %zu", codec->name, produced,
-                          expected);
-    return 0;
-}
-
-/* A compressor whose output size is not known: into a buffer it
- * allocates, grown and decoded again until the output fits, never past
- * limit bytes. */
-static int zm__decode_grow(const zm__zcodec *codec, const uint8_t *src, size_t src_size,
-                           size_t limit, uint8_t **out, size_t *out_size, zm_err *err)
-{
-    size_t cap = zm__size_hint(codec, src, src_size);
-    bool hinted = cap != ZM__SIZE_UNKNOWN;
-    if (hinted && cap > limit)
-        return zm_err_set(err, -EIO, "%s: the stream says it decodes to %zu bytes, more than %zu",
-                          codec->name, cap, limit);
-    if (!hinted) {
-        cap = src_size > SIZE_MAX / 4 ? SIZE_MAX : src_size * 4;
-        if (cap < ZM__GUESS_MIN)
-            cap = ZM__GUESS_MIN;
-        if (cap > limit)
-            cap = limit;
-    }
-    zm__decoder decode = zm__decoder_for(codec->id);
-    for (;;) {
-        uint8_t *buffer = malloc(cap > 0 ? cap : 1);
-        if (buffer == NULL)
-            return zm_err_set(err, -ENOMEM, "%s: out of memory for %zu bytes", codec->name, cap);
-        size_t produced = 0;
-        int rc = decode(codec, src, src_size, buffer, cap, &produced, err);
-        if (rc == 0) {
-            *out = buffer;
-            *out_size = produced;
-            return 0;
-        }
-        free(buffer);
-        if (rc < 0)
-            return rc;
-        if (hinted || cap >= limit)
-            return zm_err_set(err, -EIO, "%s: decodes to more than %zu bytes", codec->name, cap);
-        cap = cap > limit / 2 ? limit : cap * 2;
-    }
 }
 
 /* ---- the chain ---------------------------------------------------------------- */
@@ -624,12 +353,13 @@ static int zm__run_bytes(const zm__zcodec *codecs, unsigned start, unsigned coun
             cur_size = body; /* the data stays where it is */
             continue;
         }
+        zm__sized_decoder decode = zm__decoder_for(codec->id);
         uint8_t *next = NULL;
         size_t next_size = 0;
         int rc;
         bool into_dst = i == start && dst != NULL && expected[i] != ZM__SIZE_UNKNOWN;
         if (into_dst) {
-            rc = zm__decode_exact(codec, cur, cur_size, dst, expected[i], err);
+            rc = zm__decode_exact(decode, codec, codec->name, cur, cur_size, dst, expected[i], err);
             next = dst;
             next_size = expected[i];
         } else if (expected[i] != ZM__SIZE_UNKNOWN) {
@@ -639,10 +369,12 @@ static int zm__run_bytes(const zm__zcodec *codecs, unsigned start, unsigned coun
                 return zm_err_set(err, -ENOMEM, "%s: out of memory for %zu bytes", codec->name,
                                   expected[i]);
             }
-            rc = zm__decode_exact(codec, cur, cur_size, next, expected[i], err);
+            rc = zm__decode_exact(decode, codec, codec->name, cur, cur_size, next, expected[i],
+                                  err);
             next_size = expected[i];
         } else {
-            rc = zm__decode_grow(codec, cur, cur_size, limit, &next, &next_size, err);
+            rc = zm__decode_grow(decode, codec, codec->name, zm__size_hint(codec, cur, cur_size),
+                                 cur, cur_size, limit, &next, &next_size, err);
         }
         if (rc < 0) {
             if (next != dst)
@@ -820,28 +552,42 @@ static int zm__value_count(unsigned rank, const uint64_t *shape, uint64_t *count
     return 0;
 }
 
+/* What decoding a chunk of numbers and one of strings first do alike:
+ * the chain split, its array-to-bytes codec checked against the kind of
+ * chunk (vlen-utf8 for strings, bytes or none for numbers), the values
+ * counted and the reordering planned. */
+static int zm__decode_plan(const zm__zcodec *codecs, unsigned count, int fortran_order,
+                           unsigned rank, const uint64_t *shape, bool strings, zm__chain *chain,
+                           uint64_t *values, zm__reorder *plan, zm_err *err)
+{
+    int rc = zm__chain_split(codecs, count, chain, err);
+    if (rc < 0)
+        return rc;
+    const zm__zcodec *b = chain->array_to_bytes;
+    if (strings && (b == NULL || b->id != ZM__ZCODEC_VLEN_UTF8))
+        return zm_err_set(err, -EINVAL, "chunk: strings without a vlen-utf8 codec");
+    if (!strings && b != NULL && b->id != ZM__ZCODEC_BYTES)
+        return zm_err_set(err, -EINVAL, "%.32s: a chunk of strings, decoded as numbers", b->name);
+    if ((rc = zm__value_count(rank, shape, values, err)) < 0)
+        return rc;
+    return zm__reorder_plan(codecs, chain->array_end, fortran_order, rank, shape, plan, err);
+}
+
 int zm__zarr_decode(const zm__zcodec *codecs, unsigned count, int fortran_order, unsigned rank,
                     const uint64_t *shape, size_t item_size, const uint8_t *in, size_t in_size,
                     uint8_t *out, size_t raw_size, zm_err *err)
 {
     zm__chain chain;
-    int rc = zm__chain_split(codecs, count, &chain, err);
-    if (rc < 0)
-        return rc;
-    if (chain.array_to_bytes != NULL && chain.array_to_bytes->id != ZM__ZCODEC_BYTES)
-        return zm_err_set(err, -EINVAL, "%.32s: a chunk of strings, decoded as numbers",
-                          chain.array_to_bytes->name);
     uint64_t values = 0;
-    if ((rc = zm__value_count(rank, shape, &values, err)) < 0)
+    zm__reorder plan;
+    int rc = zm__decode_plan(codecs, count, fortran_order, rank, shape, false, &chain, &values,
+                             &plan, err);
+    if (rc < 0)
         return rc;
     if (item_size == 0 || values > UINT64_MAX / item_size || values * item_size != raw_size)
         return zm_err_set(err, -EINVAL,
                           "chunk: %llu values of %zu bytes are not the %zu bytes asked for",
                           (unsigned long long)values, item_size, raw_size);
-    zm__reorder plan;
-    if ((rc = zm__reorder_plan(codecs, chain.array_end, fortran_order, rank, shape, &plan, err)) <
-        0)
-        return rc;
 
     /* The bytes-to-bytes stages write straight into out when nothing is to
      * be reordered after them. */
@@ -911,22 +657,16 @@ int zm__zarr_decode_strings(const zm__zcodec *codecs, unsigned count, int fortra
 {
     memset(out, 0, sizeof *out);
     zm__chain chain;
-    int rc = zm__chain_split(codecs, count, &chain, err);
+    uint64_t values = 0;
+    zm__reorder plan;
+    int rc = zm__decode_plan(codecs, count, fortran_order, rank, shape, true, &chain, &values,
+                             &plan, err);
     if (rc < 0)
         return rc;
-    if (chain.array_to_bytes == NULL || chain.array_to_bytes->id != ZM__ZCODEC_VLEN_UTF8)
-        return zm_err_set(err, -EINVAL, "chunk: strings without a vlen-utf8 codec");
     const char *name = chain.array_to_bytes->name;
-    uint64_t values = 0;
-    if ((rc = zm__value_count(rank, shape, &values, err)) < 0)
-        return rc;
     if (values > (SIZE_MAX - 1) / sizeof(uint64_t) || values > UINT32_MAX)
         return zm_err_set(err, -EINVAL, "%s: a chunk of %llu strings is more than it holds", name,
                           (unsigned long long)values);
-    zm__reorder plan;
-    if ((rc = zm__reorder_plan(codecs, chain.array_end, fortran_order, rank, shape, &plan, err)) <
-        0)
-        return rc;
 
     const uint8_t *bytes;
     size_t size;

@@ -21,6 +21,7 @@
  * thread. The nodes they return stay valid, unchanged, until
  * zm__ztree_close, and may be read from any thread.
  */
+#include "source/source_internal.h"
 #include "source/zarr_store.h"
 
 #include <errno.h>
@@ -815,31 +816,22 @@ static int zm__json_level(json_t *config, const char *key)
  * "numcodecs.NAME" without its prefix): its id, or ZM__ZCODEC_OTHER. */
 static zm__zcodec_id zm__numcodecs_id(const char *id, json_t *config, int *level)
 {
+    /* Each compressor, and the configuration key holding its level. */
+    static const struct {
+        const char *id;
+        zm__zcodec_id codec;
+        const char *level;
+    } compressors[] = {
+        {"blosc", ZM__ZCODEC_BLOSC, "clevel"}, {"zstd", ZM__ZCODEC_ZSTD, "level"},
+        {"zlib", ZM__ZCODEC_ZLIB, "level"},    {"gzip", ZM__ZCODEC_GZIP, "level"},
+        {"lz4", ZM__ZCODEC_LZ4, "acceleration"}, {"bz2", ZM__ZCODEC_BZ2, "level"},
+    };
     *level = 0;
-    if (strcmp(id, "blosc") == 0) {
-        *level = zm__json_level(config, "clevel");
-        return ZM__ZCODEC_BLOSC;
-    }
-    if (strcmp(id, "zstd") == 0) {
-        *level = zm__json_level(config, "level");
-        return ZM__ZCODEC_ZSTD;
-    }
-    if (strcmp(id, "zlib") == 0) {
-        *level = zm__json_level(config, "level");
-        return ZM__ZCODEC_ZLIB;
-    }
-    if (strcmp(id, "gzip") == 0) {
-        *level = zm__json_level(config, "level");
-        return ZM__ZCODEC_GZIP;
-    }
-    if (strcmp(id, "lz4") == 0) {
-        *level = zm__json_level(config, "acceleration");
-        return ZM__ZCODEC_LZ4;
-    }
-    if (strcmp(id, "bz2") == 0) {
-        *level = zm__json_level(config, "level");
-        return ZM__ZCODEC_BZ2;
-    }
+    for (size_t i = 0; i < sizeof compressors / sizeof compressors[0]; i++)
+        if (strcmp(id, compressors[i].id) == 0) {
+            *level = zm__json_level(config, compressors[i].level);
+            return compressors[i].codec;
+        }
     if (strcmp(id, "crc32c") == 0) {
         /* numcodecs' CRC32C puts its checksum at the end unless told
          * otherwise: then it is v3's crc32c. */
@@ -1333,6 +1325,23 @@ static int zm__check_sizes(zm__zarray *a, const char *where, zm_err *err)
                           a->zarr_format == 2 ? "chunks" : "chunk_shape", &values, err);
 }
 
+/* What a v2 and a v3 array document end alike with: the fill value
+ * (required) parsed and the sizes checked; then *out is a, or a is freed. */
+static int zm__array_finish(json_t *doc, zm__zarray *a, const char *where, zm__zarray **out,
+                            zm_err *err)
+{
+    int rc;
+    if (json_object_get(doc, "fill_value") == NULL)
+        rc = zm_err_set(err, -EINVAL, "%s: fill_value is missing", where);
+    else if ((rc = zm__check_sizes(a, where, err)) >= 0 &&
+             (rc = zm__parse_fill(json_object_get(doc, "fill_value"), a, where, err)) >= 0) {
+        *out = a;
+        return 0;
+    }
+    zm__zarray_free(a);
+    return rc;
+}
+
 static int zm__v2_array(json_t *doc, const char *where, zm__zarray **out, zm_err *err)
 {
     *out = NULL;
@@ -1400,15 +1409,7 @@ static int zm__v2_array(json_t *doc, const char *where, zm__zarray **out, zm_err
     }
     if ((rc = zm__v2_codecs(doc, a, where, err)) < 0)
         goto fail;
-    if (json_object_get(doc, "fill_value") == NULL) {
-        rc = zm_err_set(err, -EINVAL, "%s: fill_value is missing", where);
-        goto fail;
-    }
-    if ((rc = zm__check_sizes(a, where, err)) < 0 ||
-        (rc = zm__parse_fill(json_object_get(doc, "fill_value"), a, where, err)) < 0)
-        goto fail;
-    *out = a;
-    return 0;
+    return zm__array_finish(doc, a, where, out, err);
 fail:
     zm__zarray_free(a);
     return rc;
@@ -1520,15 +1521,7 @@ static int zm__v3_array(json_t *doc, const char *where, zm__zarray **out, zm_err
         !(json_is_array(transformers) && json_array_size(transformers) == 0))
         snprintf(a->unsupported, sizeof a->unsupported, "%s",
                  "storage_transformers are not supported");
-    if (json_object_get(doc, "fill_value") == NULL) {
-        rc = zm_err_set(err, -EINVAL, "%s: fill_value is missing", where);
-        goto fail;
-    }
-    if ((rc = zm__check_sizes(a, where, err)) < 0 ||
-        (rc = zm__parse_fill(json_object_get(doc, "fill_value"), a, where, err)) < 0)
-        goto fail;
-    *out = a;
-    return 0;
+    return zm__array_finish(doc, a, where, out, err);
 fail:
     zm__zarray_free(a);
     return rc;
@@ -1928,30 +1921,6 @@ static int zm__child_order(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-static int zm__strings_of(const char *const *names, size_t count, zm_strings *out)
-{
-    size_t total = 0;
-    for (size_t i = 0; i < count; i++)
-        total += strlen(names[i]);
-    out->count = count;
-    out->offsets = malloc((count + 1) * sizeof *out->offsets);
-    out->bytes = malloc(total + 1);
-    if (out->offsets == NULL || out->bytes == NULL) {
-        zm_strings_free(out);
-        return -ENOMEM;
-    }
-    size_t at = 0;
-    for (size_t i = 0; i < count; i++) {
-        size_t n = strlen(names[i]);
-        out->offsets[i] = at;
-        memcpy(out->bytes + at, names[i], n);
-        at += n;
-    }
-    out->offsets[count] = at;
-    out->bytes[at] = '\0';
-    return 0;
-}
-
 static int zm__link_children(zm__ztree *tree, zm_err *err)
 {
     zm__child *all = calloc(tree->entry_count ? tree->entry_count : 1, sizeof *all);
@@ -1993,7 +1962,7 @@ static int zm__link_children(zm__ztree *tree, zm_err *err)
             names[j - i] = all[j].name;
             j++;
         }
-        if (zm__strings_of(names, j - i, &all[i].parent->children) < 0)
+        if (zm__strings_of_names(names, j - i, &all[i].parent->children) < 0)
             rc = zm_err_set(err, -ENOMEM, "metadata: out of memory");
         i = j;
     }
@@ -2193,7 +2162,7 @@ int zm__ztree_children(zm__ztree *tree, const char *path, zm_strings *names, zm_
              * so that the order is ours to promise. */
             if (count > 1)
                 qsort(kept, count, sizeof *kept, zm__name_order);
-            rc = zm__strings_of(kept, count, &e->children) < 0
+            rc = zm__strings_of_names(kept, count, &e->children) < 0
                      ? zm_err_set(err, -ENOMEM, "%.200s: out of memory for its children", path)
                      : 0;
             if (rc == 0)

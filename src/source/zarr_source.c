@@ -139,6 +139,16 @@ static int zarr_attribute_integers(const zm__container *c, const char *path, con
     return 0;
 }
 
+/* String i of a JSON list of strings, or the one string where a list is
+ * meant (a list of one). */
+static const char *json_string_at(const void *context, size_t i, size_t *length)
+{
+    const json_t *v = context;
+    const json_t *item = json_is_string(v) ? v : json_array_get(v, i);
+    *length = json_string_length(item);
+    return json_string_value(item);
+}
+
 static int zarr_attribute_strings(const zm__container *c, const char *path, const char *name,
                                   zm_strings *out)
 {
@@ -146,46 +156,15 @@ static int zarr_attribute_strings(const zm__container *c, const char *path, cons
     json_t *v = attribute(c, path, name);
     if (v == NULL)
         return -ENOENT;
-    if (json_is_string(v)) {
-        /* One string where a list is meant: a list of one. */
-        size_t n = json_string_length(v);
-        out->offsets = malloc(2 * sizeof *out->offsets);
-        out->bytes = malloc(n + 1);
-        if (out->offsets == NULL || out->bytes == NULL) {
-            zm_strings_free(out);
-            return -ENOMEM;
-        }
-        memcpy(out->bytes, json_string_value(v), n + 1);
-        out->offsets[0] = 0;
-        out->offsets[1] = n;
-        out->count = 1;
-        return 0;
-    }
+    if (json_is_string(v))
+        return zm__strings_from(1, json_string_at, v, out);
     if (!json_is_array(v))
         return -EINVAL;
-    size_t n = json_array_size(v), total = 0;
-    for (size_t i = 0; i < n; i++) {
+    size_t n = json_array_size(v);
+    for (size_t i = 0; i < n; i++)
         if (!json_is_string(json_array_get(v, i)))
             return -EINVAL;
-        total += json_string_length(json_array_get(v, i));
-    }
-    out->offsets = malloc((n + 1) * sizeof *out->offsets);
-    out->bytes = malloc(total + 1);
-    if (out->offsets == NULL || out->bytes == NULL) {
-        zm_strings_free(out);
-        return -ENOMEM;
-    }
-    uint64_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        json_t *item = json_array_get(v, i);
-        out->offsets[i] = at;
-        memcpy(out->bytes + at, json_string_value(item), json_string_length(item));
-        at += json_string_length(item);
-    }
-    out->offsets[n] = at;
-    out->bytes[at] = '\0';
-    out->count = n;
-    return 0;
+    return zm__strings_from(n, json_string_at, v, out);
 }
 
 static int zarr_attribute_bool(const zm__container *c, const char *path, const char *name,
