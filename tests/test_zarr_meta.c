@@ -1440,6 +1440,36 @@ Test(zarr_meta, v3_bad_and_unsupported)
     remove_tree(s.dir);
 }
 
+/* A type whose one value claims more than the reader takes (found by
+ * fuzz_zarr_meta: "<U4000000000" made the fill of 16 GB when the metadata
+ * was read): valid metadata, said on use, no fill made. */
+Test(zarr_meta, values_too_large_said_on_use)
+{
+    const char *v2_words = "more than the 65536 read";
+    v2_array_unsupported(ZARRAY("[1]", "[1]", "\"<U4000000000\"", "\"\"", "null", "null"),
+                         "values of 16000000000 bytes");
+    v2_array_unsupported(ZARRAY("[1]", "[1]", "\"|S65537\"", "\"\"", "null", "null"), v2_words);
+    v2_array_unsupported(ZARRAY("[1]", "[1]", "[[\"a\", \"|S40000\"], [\"b\", \"<U10000\"]]",
+                                "null", "null", "null"),
+                         v2_words);
+    v3_unsupported(V3_GRID("[1]", "[1]") ", \"data_type\": {\"name\": \"fixed_length_utf32\", "
+                                         "\"configuration\": {\"length_bytes\": 4000000000}}, "
+                                         "\"fill_value\": \"\", \"codecs\": [\"bytes\"]",
+                   "values of 4000000000 bytes");
+    /* The most the reader takes is read. */
+    opened o;
+    scratch s;
+    zm_err err;
+    int rc = v2_array(ZARRAY("[1]", "[1]", "\"<U16384\"", "\"x\"", "null", "null"), &err, &o, &s);
+    cr_assert_eq(rc, 0, "%s", err.reason);
+    const zm__zarray *a = node_ok(&o, "a")->array;
+    cr_expect_eq(zm__zarray_supported(a, &err), 0, "%s", err.reason);
+    cr_expect_eq(a->fill_size, 65536);
+    cr_expect(a->fill_bytes != NULL && a->fill_bytes[0] == 'x' && a->fill_bytes[4] == 0);
+    close_store(&o);
+    remove_tree(s.dir);
+}
+
 Test(zarr_meta, v3_types_fills_and_keys)
 {
     /* Data types real files carry (pbmc68k_reduced's struct and
