@@ -1736,6 +1736,15 @@ Test(zarr_codecs, vlen_counts_and_lengths_checked)
         free(copy);
         cr_assert_eq(rc, -EIO, "cut at %zu: %d", cut, rc);
     }
+    /* A shape of 2^32 - 1 strings over a chunk of 8 bytes: refused before
+     * 2 x 32 GiB of offsets are asked for (as they were: the lengths must
+     * fit in the bytes decoded, 4 a value, whatever the shape claims). */
+    uint64_t claimed[1] = {UINT32_MAX};
+    uint8_t few[8] = {0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0};
+    cr_assert_eq(zm__zarr_decode_strings(chain, 1, 0, 1, claimed, few, sizeof few, &s, &err),
+                 -EIO);
+    cr_assert(strstr(err.reason, "cannot hold the lengths of 4294967295 values") != NULL, "%s",
+              err.reason);
     /* Strings decoded as numbers, numbers as strings: refused. */
     uint8_t out[16];
     cr_assert_eq(zm__zarr_decode(chain, 1, 0, 1, shape, 4, buf, n, out, 12, &err), -EINVAL);
