@@ -94,9 +94,11 @@ static int zm__json_prepare(const char *key, const char *text, size_t size, char
             continue;
         }
         if (c == '[' || c == '{') {
-            if (++depth > ZM__JSON_DEPTH_MAX)
+            if (++depth > ZM__JSON_DEPTH_MAX) {
+                free(copy); /* a NaN or a big integer before may have begun it */
                 return zm_err_set(err, -EINVAL, "%s: nested deeper than %d levels", key,
                                   ZM__JSON_DEPTH_MAX);
+            }
             continue;
         }
         if (c == ']' || c == '}') {
