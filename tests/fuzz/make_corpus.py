@@ -11,15 +11,20 @@ Run from the repository root: /usr/bin/python3 tests/fuzz/make_corpus.py
 """
 import gzip
 import hashlib
+import io
 import json
 import os
 import struct
+import warnings
+import zipfile
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 CORPUS = os.path.join(HERE, "corpus")
 SEED_MAX = 8192  # bytes: the committed corpus stays small
+# ../shared/data (the real stores some seeds are cut from), as tests/meson.build finds it.
+SHARED = os.environ.get("ZM_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
 
 
 def write(target, data):
@@ -231,12 +236,128 @@ def filter_vectors():
     write("lzf", struct.pack("<IB", 12, 0) + bytes([2, 0x61, 0x62, 0x63, 0xe0, 0x00, 0x02]))
 
 
+# ---- zip stores (fuzz_zip.c) ---------------------------------------------------------------
+
+
+def zip_of(members, comment=b"", compression=zipfile.ZIP_STORED):
+    """A zip written by Python's zipfile (as zarr's ZipStore writes one), each member
+    (name, bytes[, compression[, force_zip64]]), dated 1980-01-01 so that the bytes are
+    the same at every run."""
+    out = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Duplicate name": on purpose
+        with zipfile.ZipFile(out, "w", compression=compression) as zf:
+            for member in members:
+                name, data = member[0], member[1]
+                info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = member[2] if len(member) > 2 else compression
+                if len(member) > 3 and member[3]:
+                    with zf.open(info, "w", force_zip64=True) as f:
+                        f.write(data)
+                else:
+                    zf.writestr(info, data)
+            zf.comment = comment
+    return out.getvalue()
+
+
+def zip_records(data):
+    """The central directory's records of a zip without zip64 end records, and where
+    the end record lies."""
+    eocd = data.rfind(b"PK\x05\x06")
+    size, offset = struct.unpack_from("<II", data, eocd + 12)
+    records, p = [], offset
+    while p < offset + size:
+        n, m, k = struct.unpack_from("<HHH", data, p + 28)
+        records.append(data[p:p + 46 + n + m + k])
+        p += 46 + n + m + k
+    return records, offset, eocd
+
+
+def zip64_end(data):
+    """The same zip with a zip64 end of central directory record and locator before
+    its end record, whose fields then say 0xFFFF.. (as a writer past zip64's limits
+    writes them)."""
+    records, offset, eocd = zip_records(data)
+    size = sum(len(r) for r in records)
+    at = offset + size
+    record = struct.pack("<IQHHIIQQQQ", 0x06064b50, 44, 45, 45, 0, 0, len(records), len(records),
+                         size, offset)
+    locator = struct.pack("<IIQI", 0x07064b50, 0, at, 1)
+    end = struct.pack("<IHHHHIIH", 0x06054b50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    return data[:at] + record + locator + end
+
+
+def zip_cut(path, limit):
+    """The first members of a real zip whose local headers and data end within limit
+    bytes, their central directory records as the writer wrote them, and an end record."""
+    with open(path, "rb") as f:
+        data = f.read()
+    records, _, _ = zip_records(data)
+    kept, end = [], 0
+    for record in sorted(records, key=lambda r: struct.unpack_from("<I", r, 42)[0]):
+        header = struct.unpack_from("<I", record, 42)[0]
+        stored = struct.unpack_from("<I", record, 20)[0]
+        n, m = struct.unpack_from("<HH", data, header + 26)
+        member_end = header + 30 + n + m + stored
+        if member_end + sum(len(r) for r in kept) + len(record) + 22 > limit:
+            break
+        kept.append(record)
+        end = member_end
+    directory = b"".join(kept)
+    return data[:end] + directory + struct.pack("<IHHHHIIH", 0x06054b50, 0, 0, len(kept),
+                                                len(kept), len(directory), end, 0)
+
+
+def zips():
+    group = b'{"zarr_format": 3, "node_type": "group", "attributes": {}}'
+    array = json.dumps({"zarr_format": 3, "node_type": "array", "shape": [4],
+                        "data_type": "int32", "chunk_grid": {"name": "regular",
+                        "configuration": {"chunk_shape": [4]}}, "fill_value": 0,
+                        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]
+                        }).encode()
+    chunk = struct.pack("<4i", 1, -2, 3, 40000)
+    store = [("zarr.json", group), ("a/zarr.json", array), ("a/c/0", chunk)]
+    write("zip", zip_of([]))                                     # the end record alone
+    write("zip", zip_of(store))                                  # stored
+    write("zip", zip_of(store, compression=zipfile.ZIP_DEFLATED))
+    write("zip", zip_of([("zeros", b"\0" * 60000, zipfile.ZIP_DEFLATED), ("empty", b""),
+                         ("empty-deflated", b"", zipfile.ZIP_DEFLATED)]))
+    # A name written twice (zarr's ZipStore rewrites metadata so): the last entry holds.
+    write("zip", zip_of(store + [("zarr.json", b'{"zarr_format": 3, "node_type": "array"}'),
+                                 ("a/c/0", chunk[:8], zipfile.ZIP_DEFLATED)]))
+    # zip64: sizes and offsets in each member's extra field; the end records too.
+    write("zip", zip_of([(n, d, zipfile.ZIP_STORED, True) for n, d in store]))
+    write("zip", zip_of([(n, d, zipfile.ZIP_DEFLATED, True) for n, d in store]))
+    write("zip", zip64_end(zip_of(store)))
+    # A comment, one holding an end record's signature, a prefix before the archive.
+    write("zip", zip_of(store, comment=b"written by make_corpus.py"))
+    write("zip", zip_of(store[:1], comment=b"PK\x05\x06" + b"\0" * 18))
+    write("zip", b"#!/bin/sh\nexit 0\n" + zip_of(store))
+    # Names no key spells, directory entries, methods and flags not read.
+    write("zip", zip_of([("a/", b""), ("a//b", b"x"), ("../up", b"x"), ("./here", b"x"),
+                         ("/abs", b"x"), ("a/b", b"y"), ("a.b", b"z")]))
+    write("zip", zip_of([("bz", b"bzip2 " * 20, zipfile.ZIP_BZIP2),
+                         ("xz", b"lzma " * 20, zipfile.ZIP_LZMA), ("ok", b"stored")]))
+    encrypted = bytearray(zip_of([("secret", b"not really")]))
+    for at in (6, len(encrypted) - 22 - 46 - 6 + 8):  # the local and central flags
+        encrypted[at] |= 1
+    write("zip", bytes(encrypted))
+    # The first members of real stores (zarr-python's ZipStore; anndata 0.13).
+    for name, limit in (("zarr/pbmc68k_reduced.zarr.zip", 4096),
+                        ("modern/modern-tiny-300x120.v2.zarr.zip", 4096),
+                        ("modern/modern-tiny-300x120.v3.zarr.zip", 8000)):
+        path = os.path.join(SHARED, name)
+        if os.path.isfile(path):
+            write("zip", zip_cut(path, limit))
+
+
 def main():
     paths()
     shares()
     requests()
     cellsets()
     filter_vectors()
+    zips()
     for target in sorted(os.listdir(CORPUS)):
         files = os.listdir(os.path.join(CORPUS, target))
         size = sum(os.path.getsize(os.path.join(CORPUS, target, f)) for f in files)
