@@ -1743,8 +1743,7 @@ Test(zarr_codecs, vlen_counts_and_lengths_checked)
      * fit in the bytes decoded, 4 a value, whatever the shape claims). */
     uint64_t claimed[1] = {UINT32_MAX};
     uint8_t few[8] = {0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0};
-    cr_assert_eq(zm__zarr_decode_strings(chain, 1, 0, 1, claimed, few, sizeof few, &s, &err),
-                 -EIO);
+    cr_assert_eq(zm__zarr_decode_strings(chain, 1, 0, 1, claimed, few, sizeof few, &s, &err), -EIO);
     cr_assert(strstr(err.reason, "cannot hold the lengths of 4294967295 values") != NULL, "%s",
               err.reason);
     /* Strings decoded as numbers, numbers as strings: refused. */
