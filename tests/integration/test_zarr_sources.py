@@ -25,8 +25,8 @@ cannot open the v3 stores; theirs is the comparison with the .h5ad above.
 
 Damage (copies of a store, changed here): a chunk file missing from a sparse matrix's pointers,
 a truncated shard, a shard index pointing past its shard, a metadata document that is not JSON, a
-compressor we do not have, and a store changed under a mount: each a clear error naming what was
-wrong; a missing chunk where the array has a fill value reads as that value (what Zarr says).
+compressor we do not have, chunks claiming far more than their array's shape, and a store changed
+under a mount: each a clear error naming what was wrong; a missing chunk where the array has a fill value reads as that value (what Zarr says).
 Every mount is unmounted in every outcome. Prints TAP.
 """
 import json
@@ -217,6 +217,7 @@ def damage(work, made):
     else:
         check(f"damage of the made v2 stores # SKIP {readers.ANNDATA_MISSING}", True)
     damage_shards(work)
+    damage_claims(work)
 
 
 def damage_made(work, made):
@@ -318,6 +319,37 @@ def damage_shards(work):
             log = mount.log().decode(errors="replace")
             check(f"a v3 shard {what}: EIO, and the log names the shard", code == 5 and "X/data/c/" in log,
                   f"errno {code}\n{log[-600:]}")
+
+
+def damage_claims(work):
+    """Chunks claiming far more than the shape they hold (valid Zarr, a chunk file never
+    written): refused when the store is opened, naming the array, not allocated and filled
+    (10^9 values for 300 had a read ask 8 GB)."""
+    base = os.path.join(MODERN, "modern-tiny-300x120.v2.zarr")
+    if not os.path.isdir(base):
+        check("chunk claims # SKIP ../shared/data/modern is not here", True)
+        return
+    store = os.path.join(work, "claims.zarr")
+    shutil.copytree(base, store)
+    for root, dirs, files in os.walk(store):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    key = "obs/total_counts/.zarray"
+    with open(os.path.join(store, key)) as f:
+        meta = json.load(f)
+    meta["chunks"] = [10**9]
+    with open(os.path.join(store, key), "w") as f:
+        json.dump(meta, f)
+    with open(os.path.join(store, ".zmetadata")) as f:
+        consolidated = json.load(f)
+    consolidated["metadata"][key] = meta
+    with open(os.path.join(store, ".zmetadata"), "w") as f:
+        json.dump(consolidated, f)
+    os.remove(os.path.join(store, "obs", "total_counts", "0"))
+    ok, text = refused(store, "obs/total_counts", "chunks claim 8000000000 bytes")
+    check("chunks of 10^9 values over 300: the mount refused, naming the array and its claim",
+          ok, text)
 
 
 def main():
