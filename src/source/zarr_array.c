@@ -181,8 +181,11 @@ int zm__zarr_array_open(zm_source *source, zm__store *store, const zm__znode *no
         fi->level = chain[i].level > 0 ? (unsigned)chain[i].level : 0;
     }
     if (!strings && !m->fill_missing) {
-        size_t size = array->info.dtype.size;
-        memcpy(array->fill, m->fill + (f ? f->offset : 0), size <= sizeof array->fill ? size : 0);
+        /* One field's fill lies in the record's (fill_bytes: m->fill holds
+         * only its first 16 bytes, and a field may lie past them). */
+        size_t size = array->info.dtype.size, at = f ? f->offset : 0;
+        if (size <= sizeof array->fill && at <= m->fill_size && size <= m->fill_size - at)
+            memcpy(array->fill, m->fill_bytes + at, size);
     }
     rc = zm__array_register(source, array);
     if (rc != 0) {
