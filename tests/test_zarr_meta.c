@@ -1213,7 +1213,9 @@ Test(zarr_meta, hostile_documents)
     scratch_make(&s);
     char *deep = malloc(20000);
     size_t n = 0;
-    n += (size_t)sprintf(deep, "{\"zarr_format\": 2, \"x\": ");
+    /* A NaN first (the rewrite it starts is freed when the nesting is
+     * refused: fuzz_zarr_meta found it leaked). */
+    n += (size_t)sprintf(deep, "{\"zarr_format\": 2, \"nan\": NaN, \"x\": ");
     for (int i = 0; i < 5000; i++)
         deep[n++] = '[';
     for (int i = 0; i < 5000; i++)
@@ -1436,6 +1438,36 @@ Test(zarr_meta, v3_bad_and_unsupported)
                  &o, &s, &err),
         0, "%s", err.reason);
     cr_assert_eq(zm__zarray_supported(node_ok(&o, "a")->array, &err), 0, "%s", err.reason);
+    close_store(&o);
+    remove_tree(s.dir);
+}
+
+/* A type whose one value claims more than the reader takes (found by
+ * fuzz_zarr_meta: "<U4000000000" made the fill of 16 GB when the metadata
+ * was read): valid metadata, said on use, no fill made. */
+Test(zarr_meta, values_too_large_said_on_use)
+{
+    const char *v2_words = "more than the 65536 read";
+    v2_array_unsupported(ZARRAY("[1]", "[1]", "\"<U4000000000\"", "\"\"", "null", "null"),
+                         "values of 16000000000 bytes");
+    v2_array_unsupported(ZARRAY("[1]", "[1]", "\"|S65537\"", "\"\"", "null", "null"), v2_words);
+    v2_array_unsupported(ZARRAY("[1]", "[1]", "[[\"a\", \"|S40000\"], [\"b\", \"<U10000\"]]",
+                                "null", "null", "null"),
+                         v2_words);
+    v3_unsupported(V3_GRID("[1]", "[1]") ", \"data_type\": {\"name\": \"fixed_length_utf32\", "
+                                         "\"configuration\": {\"length_bytes\": 4000000000}}, "
+                                         "\"fill_value\": \"\", \"codecs\": [\"bytes\"]",
+                   "values of 4000000000 bytes");
+    /* The most the reader takes is read. */
+    opened o;
+    scratch s;
+    zm_err err;
+    int rc = v2_array(ZARRAY("[1]", "[1]", "\"<U16384\"", "\"x\"", "null", "null"), &err, &o, &s);
+    cr_assert_eq(rc, 0, "%s", err.reason);
+    const zm__zarray *a = node_ok(&o, "a")->array;
+    cr_expect_eq(zm__zarray_supported(a, &err), 0, "%s", err.reason);
+    cr_expect_eq(a->fill_size, 65536);
+    cr_expect(a->fill_bytes != NULL && a->fill_bytes[0] == 'x' && a->fill_bytes[4] == 0);
     close_store(&o);
     remove_tree(s.dir);
 }
@@ -1706,6 +1738,14 @@ Test(zarr_codecs, vlen_counts_and_lengths_checked)
         free(copy);
         cr_assert_eq(rc, -EIO, "cut at %zu: %d", cut, rc);
     }
+    /* A shape of 2^32 - 1 strings over a chunk of 8 bytes: refused before
+     * 2 x 32 GiB of offsets are asked for (as they were: the lengths must
+     * fit in the bytes decoded, 4 a value, whatever the shape claims). */
+    uint64_t claimed[1] = {UINT32_MAX};
+    uint8_t few[8] = {0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0};
+    cr_assert_eq(zm__zarr_decode_strings(chain, 1, 0, 1, claimed, few, sizeof few, &s, &err), -EIO);
+    cr_assert(strstr(err.reason, "cannot hold the lengths of 4294967295 values") != NULL, "%s",
+              err.reason);
     /* Strings decoded as numbers, numbers as strings: refused. */
     uint8_t out[16];
     cr_assert_eq(zm__zarr_decode(chain, 1, 0, 1, shape, 4, buf, n, out, 12, &err), -EINVAL);

@@ -1042,3 +1042,30 @@ Test(zarr_store, zip_check_sees_its_file_change)
     free(bytes);
     finish(&g);
 }
+
+/* An archive of no members (the end record alone, as Python's zipfile
+ * writes one) and a directory of no files are stores with no key (found
+ * by fuzz_zip: sorting their no entries passed qsort a NULL array). */
+Test(zarr_store, empty_stores_hold_no_key)
+{
+    tempdir t;
+    make_tempdir(&t);
+    static const uint8_t end_record[22] = {0x50, 0x4b, 0x05, 0x06};
+    char zip[256];
+    snprintf(zip, sizeof zip, "%s/empty.zip", t.root);
+    write_file(zip, end_record, sizeof end_record);
+    const char *paths[] = {zip, t.store};
+    for (size_t i = 0; i < 2; i++) {
+        opened o;
+        zm_err err = {0};
+        cr_assert_eq(open_store(paths[i], &o, &err), 0, "%s: %s", paths[i], err.reason);
+        zm_strings names;
+        cr_expect_eq(zm__store_list(o.store, "", &names, &err), -ENOENT, "%s", paths[i]);
+        zm__stored stored;
+        cr_expect_eq(zm__store_locate(o.store, "zarr.json", &stored, &err), -ENOENT, "%s",
+                     paths[i]);
+        cr_expect_eq(zm__store_check(o.store, &err), 0, "%s: %s", paths[i], err.reason);
+        close_store(&o);
+    }
+    remove_tree(t.root);
+}

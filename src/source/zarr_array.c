@@ -106,6 +106,19 @@ int zm__zarr_array_open(zm_source *source, zm__store *store, const zm__znode *no
                           "%s: its shape claims %llu bytes of values, more than 1024 times what "
                           "the store holds (%llu bytes)",
                           path, (unsigned long long)claimed, (unsigned long long)store_bytes);
+    /* A chunk is decoded, or filled, whole: its claim is bounded the same way
+     * (a chunk larger than the shape is valid Zarr; chunks of 10^9 values
+     * over 300 had a read allocate and fill 8 GB). */
+    const uint64_t *grain = m->shard ? m->shard->inner : m->chunks;
+    uint64_t chunk_values = 1;
+    for (unsigned d = 0; d < m->rank; d++)
+        chunk_values = times(chunk_values, grain[d]);
+    uint64_t chunk_claimed = times(chunk_values, item ? item : 1);
+    if (chunk_claimed > allowed)
+        return zm_err_set(err, -EINVAL,
+                          "%s: its chunks claim %llu bytes of values each, more than 1024 times "
+                          "what the store holds (%llu bytes)",
+                          path, (unsigned long long)chunk_claimed, (unsigned long long)store_bytes);
 
     zm_array *array = zm__array_new();
     struct zm__zarr_array *z = calloc(1, sizeof *z);
@@ -168,8 +181,11 @@ int zm__zarr_array_open(zm_source *source, zm__store *store, const zm__znode *no
         fi->level = chain[i].level > 0 ? (unsigned)chain[i].level : 0;
     }
     if (!strings && !m->fill_missing) {
-        size_t size = array->info.dtype.size;
-        memcpy(array->fill, m->fill + (f ? f->offset : 0), size <= sizeof array->fill ? size : 0);
+        /* One field's fill lies in the record's (fill_bytes: m->fill holds
+         * only its first 16 bytes, and a field may lie past them). */
+        size_t size = array->info.dtype.size, at = f ? f->offset : 0;
+        if (size <= sizeof array->fill && at <= m->fill_size && size <= m->fill_size - at)
+            memcpy(array->fill, m->fill_bytes + at, size);
     }
     rc = zm__array_register(source, array);
     if (rc != 0) {

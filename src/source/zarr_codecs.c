@@ -680,12 +680,7 @@ int zm__zarr_decode_strings(const zm__zcodec *codecs, unsigned count, int fortra
      * value as its length (u32 little-endian) and its bytes. Bytes after
      * the last value are ignored, as numcodecs does. */
     size_t n = (size_t)values;
-    uint64_t *starts = malloc((n + 1) * sizeof *starts);
-    uint64_t *lengths = malloc((n + 1) * sizeof *lengths);
-    if (starts == NULL || lengths == NULL) {
-        rc = zm_err_set(err, -ENOMEM, "%s: out of memory for %zu strings", name, n);
-        goto done;
-    }
+    uint64_t *starts = NULL, *lengths = NULL;
     if (size < 4) {
         rc = zm_err_set(err, -EIO, "%s: %zu bytes are too few for the count of values", name, size);
         goto done;
@@ -694,6 +689,19 @@ int zm__zarr_decode_strings(const zm__zcodec *codecs, unsigned count, int fortra
     if (stored != values) {
         rc = zm_err_set(err, -EIO, "%s: the chunk holds %u values, its shape %llu", name,
                         (unsigned)stored, (unsigned long long)values);
+        goto done;
+    }
+    /* Each value's length takes 4 bytes: what is allocated below is bounded
+     * by the bytes decoded, not by the shape the metadata claims. */
+    if (n > (size - 4) / 4) {
+        rc = zm_err_set(err, -EIO, "%s: %zu bytes cannot hold the lengths of %zu values", name,
+                        size, n);
+        goto done;
+    }
+    starts = malloc((n + 1) * sizeof *starts);
+    lengths = malloc((n + 1) * sizeof *lengths);
+    if (starts == NULL || lengths == NULL) {
+        rc = zm_err_set(err, -ENOMEM, "%s: out of memory for %zu strings", name, n);
         goto done;
     }
     size_t at = 4, total = 0;

@@ -45,6 +45,13 @@
 /* Inner chunks of one shard: an index of 16 bytes each, read whole. */
 #define ZM__SHARD_CHUNKS_MAX ((uint64_t)1 << 24)
 
+/* Bytes of one stored value (a fixed-length string "<U16384", "|S65536",
+ * a record) read at most. Its fill is made when the metadata is read, so
+ * a type of more ("<U4000000000" is 16 GB a value) is valid metadata we do
+ * not read, refused on use rather than allocated and filled for nothing
+ * but its claim. */
+#define ZM__VALUE_BYTES_MAX ((size_t)64 << 10)
+
 /* ---- documents ------------------------------------------------------------------ */
 
 /* Whether c ends a bare token (NaN, a number) in JSON text. */
@@ -88,9 +95,11 @@ static int zm__json_prepare(const char *key, const char *text, size_t size, char
             continue;
         }
         if (c == '[' || c == '{') {
-            if (++depth > ZM__JSON_DEPTH_MAX)
+            if (++depth > ZM__JSON_DEPTH_MAX) {
+                free(copy); /* a NaN or a big integer before may have begun it */
                 return zm_err_set(err, -EINVAL, "%s: nested deeper than %d levels", key,
                                   ZM__JSON_DEPTH_MAX);
+            }
             continue;
         }
         if (c == ']' || c == '}') {
@@ -1317,6 +1326,10 @@ static void zm__zarray_free(zm__zarray *a)
  * fit, chunks that can be held. */
 static int zm__check_sizes(zm__zarray *a, const char *where, zm_err *err)
 {
+    if (a->item_size > ZM__VALUE_BYTES_MAX && a->unsupported[0] == '\0')
+        snprintf(a->unsupported, sizeof a->unsupported,
+                 "data type \"%.64s\": values of %zu bytes each, more than the %zu read",
+                 a->dtype_name, a->item_size, ZM__VALUE_BYTES_MAX);
     uint64_t values;
     int rc = zm__dims_bytes(a->shape, a->rank, a->item_size, false, where, "shape", &values, err);
     if (rc < 0)

@@ -437,6 +437,7 @@ static int zm__open_directory(zm__store *store, const struct stat *st, zm_err *e
         w->entries[i].key = w->names + w->entries[i].key_at;
     for (size_t i = 0; i < w->dir_count; i++)
         w->dirs[i].path = w->dir_names + w->dirs[i].path_at;
+    /* (An empty store has no entries array: qsort must not see NULL.) */
     if (w->count > 1)
         qsort(w->entries, w->count, sizeof *w->entries, zm__entry_order);
     store->got = calloc(w->count ? w->count : 1, sizeof *store->got);
@@ -853,7 +854,8 @@ static int zm__open_zip(zm__store *store, const struct stat *st, zm_err *err)
     for (size_t i = 0; i < count; i++)
         entries[i].key = names + entries[i].key_at;
     /* A name written twice is its last entry (Python's zipfile keeps the
-     * last one it reads; zarr's ZipStore rewrites metadata so). */
+     * last one it reads; zarr's ZipStore rewrites metadata so). An empty
+     * archive has no entries array: qsort must not see NULL. */
     if (count > 1)
         qsort(entries, count, sizeof *entries, zm__entry_order);
     size_t kept = 0;

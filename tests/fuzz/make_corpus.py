@@ -11,15 +11,20 @@ Run from the repository root: /usr/bin/python3 tests/fuzz/make_corpus.py
 """
 import gzip
 import hashlib
+import io
 import json
 import os
 import struct
+import warnings
+import zipfile
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 CORPUS = os.path.join(HERE, "corpus")
 SEED_MAX = 8192  # bytes: the committed corpus stays small
+# ../shared/data (the real stores some seeds are cut from), as tests/meson.build finds it.
+SHARED = os.environ.get("ZM_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
 
 
 def write(target, data):
@@ -231,12 +236,339 @@ def filter_vectors():
     write("lzf", struct.pack("<IB", 12, 0) + bytes([2, 0x61, 0x62, 0x63, 0xe0, 0x00, 0x02]))
 
 
+# ---- zip stores (fuzz_zip.c) ---------------------------------------------------------------
+
+
+def zip_of(members, comment=b"", compression=zipfile.ZIP_STORED):
+    """A zip written by Python's zipfile (as zarr's ZipStore writes one), each member
+    (name, bytes[, compression[, force_zip64]]), dated 1980-01-01 so that the bytes are
+    the same at every run."""
+    out = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Duplicate name": on purpose
+        with zipfile.ZipFile(out, "w", compression=compression) as zf:
+            for member in members:
+                name, data = member[0], member[1]
+                info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = member[2] if len(member) > 2 else compression
+                if len(member) > 3 and member[3]:
+                    with zf.open(info, "w", force_zip64=True) as f:
+                        f.write(data)
+                else:
+                    zf.writestr(info, data)
+            zf.comment = comment
+    return out.getvalue()
+
+
+def zip_records(data):
+    """The central directory's records of a zip without zip64 end records, and where
+    the end record lies."""
+    eocd = data.rfind(b"PK\x05\x06")
+    size, offset = struct.unpack_from("<II", data, eocd + 12)
+    records, p = [], offset
+    while p < offset + size:
+        n, m, k = struct.unpack_from("<HHH", data, p + 28)
+        records.append(data[p:p + 46 + n + m + k])
+        p += 46 + n + m + k
+    return records, offset, eocd
+
+
+def zip64_end(data):
+    """The same zip with a zip64 end of central directory record and locator before
+    its end record, whose fields then say 0xFFFF.. (as a writer past zip64's limits
+    writes them)."""
+    records, offset, eocd = zip_records(data)
+    size = sum(len(r) for r in records)
+    at = offset + size
+    record = struct.pack("<IQHHIIQQQQ", 0x06064b50, 44, 45, 45, 0, 0, len(records), len(records),
+                         size, offset)
+    locator = struct.pack("<IIQI", 0x07064b50, 0, at, 1)
+    end = struct.pack("<IHHHHIIH", 0x06054b50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    return data[:at] + record + locator + end
+
+
+def zip_cut(path, limit):
+    """The first members of a real zip whose local headers and data end within limit
+    bytes, their central directory records as the writer wrote them, and an end record."""
+    with open(path, "rb") as f:
+        data = f.read()
+    records, _, _ = zip_records(data)
+    kept, end = [], 0
+    for record in sorted(records, key=lambda r: struct.unpack_from("<I", r, 42)[0]):
+        header = struct.unpack_from("<I", record, 42)[0]
+        stored = struct.unpack_from("<I", record, 20)[0]
+        n, m = struct.unpack_from("<HH", data, header + 26)
+        member_end = header + 30 + n + m + stored
+        if member_end + sum(len(r) for r in kept) + len(record) + 22 > limit:
+            break
+        kept.append(record)
+        end = member_end
+    directory = b"".join(kept)
+    return data[:end] + directory + struct.pack("<IHHHHIIH", 0x06054b50, 0, 0, len(kept),
+                                                len(kept), len(directory), end, 0)
+
+
+def zips():
+    group = b'{"zarr_format": 3, "node_type": "group", "attributes": {}}'
+    array = json.dumps({"zarr_format": 3, "node_type": "array", "shape": [4],
+                        "data_type": "int32", "chunk_grid": {"name": "regular",
+                        "configuration": {"chunk_shape": [4]}}, "fill_value": 0,
+                        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]
+                        }).encode()
+    chunk = struct.pack("<4i", 1, -2, 3, 40000)
+    store = [("zarr.json", group), ("a/zarr.json", array), ("a/c/0", chunk)]
+    write("zip", zip_of([]))                                     # the end record alone
+    write("zip", zip_of(store))                                  # stored
+    write("zip", zip_of(store, compression=zipfile.ZIP_DEFLATED))
+    write("zip", zip_of([("zeros", b"\0" * 60000, zipfile.ZIP_DEFLATED), ("empty", b""),
+                         ("empty-deflated", b"", zipfile.ZIP_DEFLATED)]))
+    # A name written twice (zarr's ZipStore rewrites metadata so): the last entry holds.
+    write("zip", zip_of(store + [("zarr.json", b'{"zarr_format": 3, "node_type": "array"}'),
+                                 ("a/c/0", chunk[:8], zipfile.ZIP_DEFLATED)]))
+    # zip64: sizes and offsets in each member's extra field; the end records too.
+    write("zip", zip_of([(n, d, zipfile.ZIP_STORED, True) for n, d in store]))
+    write("zip", zip_of([(n, d, zipfile.ZIP_DEFLATED, True) for n, d in store]))
+    write("zip", zip64_end(zip_of(store)))
+    # A comment, one holding an end record's signature, a prefix before the archive.
+    write("zip", zip_of(store, comment=b"written by make_corpus.py"))
+    write("zip", zip_of(store[:1], comment=b"PK\x05\x06" + b"\0" * 18))
+    write("zip", b"#!/bin/sh\nexit 0\n" + zip_of(store))
+    # Names no key spells, directory entries, methods and flags not read.
+    write("zip", zip_of([("a/", b""), ("a//b", b"x"), ("../up", b"x"), ("./here", b"x"),
+                         ("/abs", b"x"), ("a/b", b"y"), ("a.b", b"z")]))
+    write("zip", zip_of([("bz", b"bzip2 " * 20, zipfile.ZIP_BZIP2),
+                         ("xz", b"lzma " * 20, zipfile.ZIP_LZMA), ("ok", b"stored")]))
+    encrypted = bytearray(zip_of([("secret", b"not really")]))
+    for at in (6, len(encrypted) - 22 - 46 - 6 + 8):  # the local and central flags
+        encrypted[at] |= 1
+    write("zip", bytes(encrypted))
+    # The first members of real stores (zarr-python's ZipStore; anndata 0.13).
+    for name, limit in (("zarr/pbmc68k_reduced.zarr.zip", 4096),
+                        ("modern/modern-tiny-300x120.v2.zarr.zip", 4096),
+                        ("modern/modern-tiny-300x120.v3.zarr.zip", 8000)):
+        path = os.path.join(SHARED, name)
+        if os.path.isfile(path):
+            write("zip", zip_cut(path, limit))
+
+
+# ---- Zarr metadata and chunks (fuzz_zarr_meta.c) ----------------------------------------
+
+SEPARATOR = b"\n--\n"
+
+
+def framed(flags, root, child=b"", chunk=b""):
+    """fuzz_zarr_meta.c's input: flags (bit 0 v3, bit 1 v2 consolidated, bit 2 the
+    child's document for "b" too), the root document, the child array's ("a"), the
+    chunk's bytes."""
+    parts = [p.encode() if isinstance(p, str) else p for p in (root, child, chunk)]
+    return bytes([flags]) + SEPARATOR.join(parts)
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def lz4_literals(data):
+    """numcodecs' LZ4 of data as one LZ4 block of literals only (valid LZ4: the last
+    sequence), after the 4-byte size."""
+    n = len(data)
+    token, extra = (min(n, 15) << 4), b""
+    if n >= 15:
+        rest = n - 15
+        while rest >= 255:
+            extra += b"\xff"
+            rest -= 255
+        extra += bytes([rest])
+    return struct.pack("<I", n) + bytes([token]) + extra + data
+
+
+def real_array(store, path, chunk_key, flags):
+    """A real array's document (root: its store's root group document) and its
+    chunk, as fuzz_zarr_meta.c frames them."""
+    root = os.path.join(SHARED, store)
+    v3 = flags & 1
+    group = os.path.join(root, "zarr.json" if v3 else ".zgroup")
+    document = os.path.join(root, path, "zarr.json" if v3 else ".zarray")
+    chunk = os.path.join(root, path, chunk_key)
+    if not all(os.path.isfile(f) for f in (group, document, chunk)):
+        return
+    group_bytes = open(group, "rb").read()
+    if v3:  # the root's consolidated metadata is read apart (cut_consolidated)
+        doc = json.loads(group_bytes)
+        doc.pop("consolidated_metadata", None)
+        group_bytes = json.dumps(doc, indent=2).encode()
+    chunk_bytes = open(chunk, "rb").read()
+    if len(chunk_bytes) > 6000:
+        chunk_bytes = chunk_bytes[:6000]  # a damaged chunk, still a seed
+    write("zarr_meta", framed(flags, group_bytes, open(document, "rb").read(), chunk_bytes))
+
+
+def cut_consolidated(store, flags, count):
+    """A real store's consolidated metadata, cut to its first count nodes."""
+    v3 = flags & 1
+    path = os.path.join(SHARED, store, "zarr.json" if v3 else ".zmetadata")
+    if not os.path.isfile(path):
+        return
+    doc = json.load(open(path))
+    if v3:
+        metadata = doc["consolidated_metadata"]["metadata"]
+        kept = {}
+        for key in list(metadata)[:count]:
+            node = metadata[key]
+            if "consolidated_metadata" in node:
+                node["consolidated_metadata"]["metadata"] = {}
+            kept[key] = node
+        doc["consolidated_metadata"]["metadata"] = kept
+    else:
+        metadata = doc["metadata"]
+        keys = [k for k in metadata if k.count("/") <= 2][:count]
+        doc["metadata"] = {k: metadata[k] for k in sorted(set(keys) | {".zgroup"})}
+    write("zarr_meta", framed(flags, json.dumps(doc, indent=1)))
+
+
+def zarr_metas():
+    # Real stores (anndata 0.13 + zarr 3.4; zarr 2's legacy 0.6 layout).
+    tiny = "modern/modern-tiny-300x120"
+    for store, path, key, flags in [
+        (tiny + ".v2.zarr", "X/data", "0", 0),
+        (tiny + ".v2.zarr", "obs/_index", "0", 0),
+        (tiny + ".v2.zarr", "obs/cell_type/codes", "0", 0),
+        (tiny + ".v2.zarr", "obsm/X_umap", "0.0", 0),
+        (tiny + ".v2.zarr", "obs/passed_qc", "0", 0),
+        ("zarr/10x-10k-subset.legacy-0.6.zarr", "obs", "0", 0),
+        (tiny + ".v3-unsharded.zarr", "X/data", "c/0", 1),
+        (tiny + ".v3-unsharded.zarr", "obs/_index", "c/0", 1),
+        (tiny + ".v3-unsharded.zarr", "obsm/X_umap", "c/0/0", 1),
+        (tiny + ".v3-sharded.zarr", "X/data", "c/2", 1),
+        (tiny + ".v3-sharded.zarr", "obs/cell_type/codes", "c/0", 1),
+        ("zarr/pbmc68k_reduced.zarr", "obs/bulk_labels/codes", "c/0", 1),
+    ]:
+        real_array(store, path, key, flags)
+    real_array(tiny + ".v2.zarr", "obs/_index", "0", 4)  # the document for "b" too
+    real_array(tiny + ".v3-unsharded.zarr", "obs/n_genes_nullable/mask", "c/0", 5)
+    cut_consolidated(tiny + ".v2.zarr", 2, 12)
+    cut_consolidated(tiny + ".v3-unsharded.zarr", 1, 14)
+    cut_consolidated("zarr/pbmc68k_reduced.zarr", 1, 3)
+
+    # By hand: each codec, order and type the reader takes, with a chunk that decodes.
+    v2_group = '{"zarr_format": 2}'
+    v3_group = '{"zarr_format": 3, "node_type": "group", "attributes": {"x": NaN}}'
+
+    def zarray(dtype, shape, chunks, compressor="null", filters="null", fill="0", order="C",
+               extra=""):
+        return (f'{{"zarr_format": 2, "shape": {shape}, "chunks": {chunks}, "dtype": {dtype}, '
+                f'"fill_value": {fill}, "order": "{order}", "compressor": {compressor}, '
+                f'"filters": {filters}{extra}}}')
+
+    def v3_array(data_type, shape, chunks, codecs, fill="0", extra=""):
+        return (f'{{"zarr_format": 3, "node_type": "array", "shape": {shape}, "data_type": '
+                f'{data_type}, "chunk_grid": {{"name": "regular", "configuration": '
+                f'{{"chunk_shape": {chunks}}}}}, "chunk_key_encoding": {{"name": "default"}}, '
+                f'"fill_value": {fill}, "codecs": {codecs}{extra}}}')
+
+    values = struct.pack("<6i", 1, -2, 3, -4, 5, 600000)
+    # v2: F order, big-endian, zlib, gzip, bz2, lz4, crc32c, strings, records, a 0-d array.
+    write("zarr_meta", framed(0, v2_group, zarray('">i4"', "[2, 3]", "[2, 3]", order="F"),
+                              struct.pack(">6i", 1, -4, -2, 5, 3, 600000)))
+    write("zarr_meta", framed(0, v2_group, zarray('"<i4"', "[6]", "[6]",
+                                                  '{"id": "zlib", "level": 1}'),
+                              zlib.compress(values)))
+    write("zarr_meta", framed(0, v2_group, zarray('"<i4"', "[6]", "[6]", '{"id": "gzip"}'),
+                              gzip.compress(values, mtime=0)))
+    import bz2
+    write("zarr_meta", framed(0, v2_group, zarray('"<U3"', "[2]", "[2]", '{"id": "bz2"}',
+                                                  fill='""'),
+                              bz2.compress("abcxé\0".encode("utf-32-le"))))
+    write("zarr_meta", framed(0, v2_group, zarray('"|S4"', "[3]", "[3]", '{"id": "lz4"}',
+                                                  fill='"AAAAAA=="'),
+                              lz4_literals(b"abcdefghij\0\0")))
+    write("zarr_meta", framed(0, v2_group, zarray('"<f8"', "[1]", "[1]", '{"id": "crc32c"}',
+                                                  fill='"NaN"'),
+                              struct.pack("<d", 1.5) + struct.pack("<I",
+                                                                   crc32c(struct.pack("<d", 1.5)))))
+    strings = [b"", b"a", "\u00e9t\u00e9".encode()]
+    vlen = struct.pack("<I", 3) + b"".join(struct.pack("<I", len(x)) + x for x in strings)
+    write("zarr_meta", framed(0, v2_group, zarray('"|O"', "[3]", "[3]", '{"id": "zlib"}',
+                                                  '[{"id": "vlen-utf8"}]', '""'),
+                              zlib.compress(vlen)))
+    write("zarr_meta", framed(0, v2_group,
+                              zarray('[["a", "<i2"], ["b", "|S1"], ["c", ">f4"]]', "[2]", "[2]",
+                                     fill='"AQBhAAAAAA=="', extra=', "dimension_separator": "/"'),
+                              struct.pack("<hc", 1, b"x") + struct.pack(">f", 2.5) +
+                              struct.pack("<hc", -1, b"y") + struct.pack(">f", -0.5)))
+    write("zarr_meta", framed(0, v2_group, zarray('"<u8"', "[]", "[]",
+                                                  fill="18446744073709551615"),
+                              struct.pack("<Q", 7)))
+    write("zarr_meta", framed(0, v2_group, zarray('"<f2"', "[3]", "[2]",
+                                                  '{"id": "lzma"}')))  # unsupported
+    # v3: transpose, crc32c, gzip, big-endian bytes, strings, a sharded array (index at
+    # the start, a crc32c), fixed-length strings, struct.
+    body = struct.pack("<6h", 1, 4, 2, 5, 3, 6)  # [[1, 2, 3], [4, 5, 6]] transposed
+    write("zarr_meta", framed(1, v3_group, v3_array(
+        '"int16"', "[2, 3]", "[2, 3]",
+        '[{"name": "transpose", "configuration": {"order": [1, 0]}}, '
+        '{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]'),
+        body + struct.pack("<I", crc32c(body))))
+    write("zarr_meta", framed(1, v3_group, v3_array(
+        '"float64"', "[3]", "[3]",
+        '[{"name": "bytes", "configuration": {"endian": "big"}}, '
+        '{"name": "gzip", "configuration": {"level": 1}}]', fill='"0x7ff8000000000000"'),
+        gzip.compress(struct.pack(">3d", 0.5, -1.0, 1e300), mtime=0)))
+    write("zarr_meta", framed(1, v3_group, v3_array(
+        '"string"', "[3]", "[3]",
+        '[{"name": "vlen-utf8"}, {"name": "numcodecs.zlib", "configuration": {"level": 1}}]',
+        fill='""'), zlib.compress(vlen)))
+    inner = [struct.pack("<2i", 1, 2), b"", struct.pack("<2i", 5, 6)]
+    index = b""
+    offset = 3 * 16 + 4
+    for chunk in inner:
+        if chunk:
+            index += struct.pack("<QQ", offset, len(chunk))
+            offset += len(chunk)
+        else:
+            index += struct.pack("<QQ", 2**64 - 1, 2**64 - 1)
+    index += struct.pack("<I", crc32c(index))
+    write("zarr_meta", framed(1, v3_group, v3_array(
+        '"int32"', "[6]", "[6]",
+        '[{"name": "sharding_indexed", "configuration": {"chunk_shape": [2], "codecs": '
+        '[{"name": "bytes", "configuration": {"endian": "little"}}], "index_codecs": '
+        '[{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}], '
+        '"index_location": "start"}}]'), index + b"".join(inner)))
+    write("zarr_meta", framed(1, v3_group, v3_array(
+        '{"name": "fixed_length_utf32", "configuration": {"length_bytes": 8}}', "[2]", "[2]",
+        '[{"name": "bytes", "configuration": {"endian": "big"}}]', fill='"x"'),
+        "ab\u00e9\0".encode("utf-32-be")))
+    write("zarr_meta", framed(1, v3_group, v3_array(
+        '{"name": "struct", "configuration": {"fields": [{"name": "n", "data_type": "uint8"}, '
+        '{"name": "s", "data_type": {"name": "null_terminated_bytes", "configuration": '
+        '{"length_bytes": 3}}}]}}', "[2]", "[2]", '["bytes"]', fill='{"n": 1, "s": "YQ=="}'),
+        b"\x01ab\0\x02cde"))
+    write("zarr_meta", framed(1, v3_array('"uint8"', "[]", "[]", '["bytes"]', fill="true",
+                                          extra=', "dimension_names": []'), "", b"\x05"))
+    # Regressions: claims the reader must refuse, not allocate (test_zarr_meta.c):
+    # a value of 16 GB, and a chunk of 2^32 - 1 strings in 8 bytes.
+    write("zarr_meta", framed(0, v2_group, zarray('"<U4000000000"', "[1]", "[1]", fill='""')))
+    write("zarr_meta", framed(1, v3_group, v3_array(
+        '{"name": "fixed_length_utf32", "configuration": {"length_bytes": 4000000000}}', "[1]",
+        "[1]", '["bytes"]', fill='""')))
+    write("zarr_meta", framed(1, v3_group, v3_array('"string"', "[3]", "[4294967295]",
+                                                    '["vlen-utf8"]', fill='""'),
+                              b"\xff\xff\xff\xff\0\0\0\0"))
+
+
 def main():
     paths()
     shares()
     requests()
     cellsets()
     filter_vectors()
+    zips()
+    zarr_metas()
     for target in sorted(os.listdir(CORPUS)):
         files = os.listdir(os.path.join(CORPUS, target))
         size = sum(os.path.getsize(os.path.join(CORPUS, target, f)) for f in files)

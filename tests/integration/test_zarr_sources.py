@@ -25,13 +25,15 @@ cannot open the v3 stores; theirs is the comparison with the .h5ad above.
 
 Damage (copies of a store, changed here): a chunk file missing from a sparse matrix's pointers,
 a truncated shard, a shard index pointing past its shard, a metadata document that is not JSON, a
-compressor we do not have, and a store changed under a mount: each a clear error naming what was
-wrong; a missing chunk where the array has a fill value reads as that value (what Zarr says).
+compressor we do not have, chunks claiming far more than their array's shape, and a store changed
+under a mount: each a clear error naming what was wrong; a struct array's chunk never written
+reads as each field's own fill; a missing chunk where the array has a fill value reads as that value (what Zarr says).
 Every mount is unmounted in every outcome. Prints TAP.
 """
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -217,6 +219,8 @@ def damage(work, made):
     else:
         check(f"damage of the made v2 stores # SKIP {readers.ANNDATA_MISSING}", True)
     damage_shards(work)
+    damage_claims(work)
+    record_fills(work)
 
 
 def damage_made(work, made):
@@ -318,6 +322,73 @@ def damage_shards(work):
             log = mount.log().decode(errors="replace")
             check(f"a v3 shard {what}: EIO, and the log names the shard", code == 5 and "X/data/c/" in log,
                   f"errno {code}\n{log[-600:]}")
+
+
+def damage_claims(work):
+    """Chunks claiming far more than the shape they hold (valid Zarr, a chunk file never
+    written): refused when the store is opened, naming the array, not allocated and filled
+    (10^9 values for 300 had a read ask 8 GB)."""
+    base = os.path.join(MODERN, "modern-tiny-300x120.v2.zarr")
+    if not os.path.isdir(base):
+        check("chunk claims # SKIP ../shared/data/modern is not here", True)
+        return
+    store = os.path.join(work, "claims.zarr")
+    shutil.copytree(base, store)
+    for root, dirs, files in os.walk(store):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    key = "obs/total_counts/.zarray"
+    with open(os.path.join(store, key)) as f:
+        meta = json.load(f)
+    meta["chunks"] = [10**9]
+    with open(os.path.join(store, key), "w") as f:
+        json.dump(meta, f)
+    with open(os.path.join(store, ".zmetadata")) as f:
+        consolidated = json.load(f)
+    consolidated["metadata"][key] = meta
+    with open(os.path.join(store, ".zmetadata"), "w") as f:
+        json.dump(consolidated, f)
+    os.remove(os.path.join(store, "obs", "total_counts", "0"))
+    ok, text = refused(store, "obs/total_counts", "chunks claim 8000000000 bytes")
+    check("chunks of 10^9 values over 300: the mount refused, naming the array and its claim",
+          ok, text)
+
+
+def record_fills(work):
+    """A struct array's chunk never written: each field its own fill, wherever the field lies
+    in the record (a field past the record's first 16 bytes read other memory as its fill)."""
+    base = os.path.join(SHARED, "zarr", "pbmc68k_reduced.zarr")
+    if not os.path.isdir(base):
+        check("record fills # SKIP ../shared/data/zarr is not here", True)
+        return
+    store = os.path.join(work, "fills.zarr")
+    shutil.copytree(base, store)
+    for root, dirs, files in os.walk(store):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    path = "uns/rank_genes_groups/scores"
+    with open(os.path.join(store, path, "zarr.json")) as f:
+        meta = json.load(f)
+    fields = [f["name"] for f in meta["data_type"]["configuration"]["fields"]]
+    meta["fill_value"] = {name: i + 0.5 for i, name in enumerate(fields)}
+    with open(os.path.join(store, path, "zarr.json"), "w") as f:
+        json.dump(meta, f)
+    with open(os.path.join(store, "zarr.json")) as f:
+        root = json.load(f)
+    root["consolidated_metadata"]["metadata"][path]["fill_value"] = meta["fill_value"]
+    with open(os.path.join(store, "zarr.json"), "w") as f:
+        json.dump(root, f)
+    shutil.rmtree(os.path.join(store, path, "c"))
+    out = os.path.join(work, "fills-export")
+    done = subprocess.run([BINARY, "export", store, "full", out, "--codec", "none"],
+                          capture_output=True, text=True, timeout=600)
+    with open(os.path.join(out, path, "0"), "rb") as f:
+        first = struct.unpack_from(f"<{len(fields)}f", f.read())
+    check("a struct array's chunk never written: every field its fill (uns/rank_genes_groups/scores)",
+          done.returncode == 0 and list(first) == [i + 0.5 for i in range(len(fields))],
+          f"{done.stderr.strip()} {first}")
 
 
 def main():
