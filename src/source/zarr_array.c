@@ -262,15 +262,17 @@ static int get_shard(zm_source *source, zm_array *array, uint64_t shard, const c
             rc = found;
         } else {
             uint64_t shard_size = stored.deflated ? stored.raw_size : stored.size;
-            uint8_t *index = malloc(sh->index_bytes ? sh->index_bytes : 1);
-            s->offsets = malloc(sh->per_shard * sizeof *s->offsets);
-            s->sizes = malloc(sh->per_shard * sizeof *s->sizes);
-            if (index == NULL || s->offsets == NULL || s->sizes == NULL)
-                rc = zm_err_set(err, -ENOMEM, "%s: out of memory for a shard index", key);
-            else if (shard_size < sh->index_bytes)
+            /* The shard holds its index before anything is allocated for
+             * it: what the index claims is bounded by the bytes stored. */
+            uint8_t *index = NULL;
+            if (shard_size < sh->index_bytes)
                 rc = zm_err_set(err, -EIO, "%s: the shard holds %llu bytes, fewer than its "
                                 "index's %zu (truncated?)", key,
                                 (unsigned long long)shard_size, sh->index_bytes);
+            else if ((index = malloc(sh->index_bytes ? sh->index_bytes : 1)) == NULL ||
+                     (s->offsets = malloc(sh->per_shard * sizeof *s->offsets)) == NULL ||
+                     (s->sizes = malloc(sh->per_shard * sizeof *s->sizes)) == NULL)
+                rc = zm_err_set(err, -ENOMEM, "%s: out of memory for a shard index", key);
             uint64_t read_bytes = 0;
             if (rc == 0)
                 rc = zm__store_read(z->store, key, &stored,
