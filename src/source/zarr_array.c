@@ -410,7 +410,7 @@ static int decode_values(zm_array *array, const stored_chunk *c, size_t item, ui
         free(records);
     }
     if (rc != 0)
-        return zm_err_set(err, rc == -ENOMEM ? -ENOMEM : rc, "%s: %s: %s", array->file_path,
+        return zm_err_set(err, rc, "%s: %s: %s", array->file_path,
                           c->key, inner.reason);
     return 0;
 }
@@ -691,16 +691,18 @@ static int all_strings(zm_source *source, zm_array *array, zm_strings *out, zm_e
     zm_strings *chunks = NULL;
     int rc = 0;
     if (m->rank <= 1) {
+        /* Taken straight from each cached chunk, as the rows' path does. */
         for (uint64_t c = 0; rc == 0 && c < array->chunk_count; c++) {
+            zm_cache_ref ref;
             zm_strings piece;
-            if ((rc = chunk_strings(source, array, c, &piece, err)) != 0)
+            if ((rc = chunk_strings_ref(source, array, c, &ref, &piece, err)) != 0)
                 break;
             uint64_t first = c * (m->rank ? array->chunk[0] : 1);
             for (uint64_t i = 0; rc == 0 && i < piece.count && first + i < total; i++)
                 if (zm__strings_add(&b, piece.bytes + piece.offsets[i],
-                                piece.offsets[i + 1] - piece.offsets[i]) != 0)
+                                    piece.offsets[i + 1] - piece.offsets[i]) != 0)
                     rc = zm_err_set(err, -ENOMEM, "out of memory reading %s", array->file_path);
-            zm_strings_free(&piece);
+            zm_cache_release(source->cache, &ref);
         }
     } else {
         /* n-d: every chunk held, then the values taken in C order. */
