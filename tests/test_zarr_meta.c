@@ -402,6 +402,76 @@ static const char *kind_name(zm__zvalue v)
 
 /* ---- CRC-32C --------------------------------------------------------------------- */
 
+/* A part of a zstd chunk of many blocks (a frame zstd itself wrote, with
+ * its checksum, and two frames back to back), decoded alone: with room
+ * for the whole chunk block by block, with room for the part through the
+ * stream decoder; the same bytes as the whole chunk's, and a stream cut
+ * short an error, never a part made up. */
+Test(zarr_codecs, zstd_prefix_block_by_block)
+{
+    const size_t values = 1u << 19; /* 2 MiB of int32: sixteen 128 KiB blocks */
+    uint32_t *plain = malloc(values * 4), *out = malloc(values * 4);
+    uint32_t state = 12345;
+    for (size_t i = 0; i < values; i++) {
+        state = state * 1103515245u + 12345u;
+        plain[i] = (uint32_t)i / 7 + (state >> 28); /* compressible, not trivially */
+    }
+    size_t bound = ZSTD_compressBound(values * 4);
+    uint8_t *frame = malloc(2 * bound);
+    ZSTD_CCtx *cctx = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, 3);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    size_t size = ZSTD_compress2(cctx, frame, bound, plain, values * 4);
+    cr_assert(!ZSTD_isError(size));
+    /* The second frame: the upper half again, after the lower half's frame. */
+    size_t half = ZSTD_compress2(cctx, frame + bound, bound, plain, values * 2);
+    size_t upper = ZSTD_compress2(cctx, frame + bound + half, bound - half, plain + values / 2,
+                                  values * 2);
+    cr_assert(!ZSTD_isError(half) && !ZSTD_isError(upper));
+    ZSTD_freeCCtx(cctx);
+    zm__zcodec chain[2];
+    memset(chain, 0, sizeof chain);
+    chain[0].id = ZM__ZCODEC_BYTES;
+    chain[0].word_size = 4;
+    snprintf(chain[0].name, sizeof chain[0].name, "bytes");
+    chain[1].id = ZM__ZCODEC_ZSTD;
+    snprintf(chain[1].name, sizeof chain[1].name, "zstd");
+    uint64_t shape[1] = {values};
+    const size_t parts[] = {4, 4000, 131072, 131076, 1000000, values * 2 + 4, values * 4 - 4,
+                            values * 4};
+    for (int two = 0; two < 2; two++) {
+        const uint8_t *in = two ? frame + bound : frame;
+        size_t in_size = two ? half + upper : size;
+        for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++) {
+            for (int room = 0; room < 2; room++) {
+                zm_err err;
+                zm_err_clear(&err);
+                memset(out, 0xAB, values * 4);
+                size_t capacity = room ? values * 4 : parts[p];
+                int rc = zm__zarr_decode_prefix(chain, 2, 0, 1, shape, 4, in, in_size,
+                                                (uint8_t *)out, capacity, parts[p], &err);
+                cr_assert_eq(rc, 1, "%s frame(s), %zu bytes, capacity %zu: %d (%s)",
+                             two ? "two" : "one", parts[p], capacity, rc, err.reason);
+                cr_assert(memcmp(out, plain, parts[p]) == 0, "%zu bytes: other values",
+                          parts[p]);
+            }
+        }
+        /* Cut short: the part that lies past the cut is an error. */
+        for (int room = 0; room < 2; room++) {
+            zm_err err;
+            zm_err_clear(&err);
+            int rc = zm__zarr_decode_prefix(chain, 2, 0, 1, shape, 4, in, in_size / 2,
+                                            (uint8_t *)out, room ? values * 4 : values * 4 - 4,
+                                            values * 4 - 4, &err);
+            cr_assert_eq(rc, -EIO, "cut short: %d", rc);
+            cr_assert(strstr(err.reason, "zstd") != NULL, "%s", err.reason);
+        }
+    }
+    free(plain);
+    free(out);
+    free(frame);
+}
+
 Test(zarr_codecs, crc32c_known_vectors)
 {
     /* The check value of the Castagnoli CRC, and RFC 3720's B.4 vectors. */

@@ -418,8 +418,9 @@ static int gather_chunk_part(void *context, size_t task)
         /* A zstd stream stops where asked, its cost the part's share: a
          * store's chunk is decoded only as far as the pass needs. */
         if (array->zarr != NULL)
-            rc = needed < array->chunk[0] ? zm__zarr_chunk_prefix(g->source, array, chunk, buffer,
-                                                                  needed, &g->errors[task])
+            rc = needed < array->chunk[0]
+                     ? zm__zarr_chunk_prefix(g->source, array, chunk, buffer, chunk_bytes(array),
+                                             needed, &g->errors[task])
                                           : 0;
         else
             rc = needed * 3 <= array->chunk[0] * 2

@@ -289,9 +289,11 @@ int zm__zarr_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *
                    size_t raw_size, zm_err *err);
 /* The first values values of a 1-d Zarr chunk alone, where its codecs let
  * a part be decoded (zm__zarr_decode_prefix): 1 when done, 0 when not (the
- * caller decodes it whole, having read nothing it keeps), or an error. */
+ * caller decodes it whole, having read nothing it keeps), or an error.
+ * raw holds capacity bytes: with room for the whole chunk, the part costs
+ * about its share of the chunk's decoding. */
 int zm__zarr_chunk_prefix(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *raw,
-                          uint64_t values, zm_err *err);
+                          size_t capacity, uint64_t values, zm_err *err);
 /* The strings of the given rows (ascending; NULL: every row) of a Zarr
  * string array, per_row values a row. */
 int zm__zarr_read_strings(zm_source *source, zm_array *array, const uint64_t *rows, size_t count,

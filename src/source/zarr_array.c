@@ -444,7 +444,7 @@ int zm__zarr_chunk(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *
 }
 
 int zm__zarr_chunk_prefix(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *raw,
-                          uint64_t values, zm_err *err)
+                          size_t capacity, uint64_t values, zm_err *err)
 {
     struct zm__zarr_array *z = array->zarr;
     const zm__zarray *m = z->meta;
@@ -465,7 +465,8 @@ int zm__zarr_chunk_prefix(zm_source *source, zm_array *array, uint64_t chunk, ui
     zm_err inner;
     zm_err_clear(&inner);
     rc = zm__zarr_decode_prefix(c.codecs, c.codec_count, m->fortran_order, m->rank, c.shape,
-                                m->item_size, c.bytes, c.size, raw, values * size, &inner);
+                                m->item_size, c.bytes, c.size, raw, capacity, values * size,
+                                &inner);
     free(c.bytes);
     if (rc < 0)
         return zm_err_set(err, rc, "%s: %s: %s", array->file_path, c.key, inner.reason);

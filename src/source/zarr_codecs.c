@@ -27,6 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+/* The buffer-less decoding API (zstd_prefix_blocks): declared for static
+ * linking only, and exported by the shared library of every zstd 1.5. */
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
 /* The most a chunk of variable-length strings may decode to: its size is
@@ -904,13 +907,48 @@ int zm__zarr_prefix_decodable(const zm__zcodec *codecs, unsigned count, int fort
     return zstd == 1;
 }
 
+/* The first `needed` bytes of one or more zstd frames, decoded block by
+ * block straight into out (capacity bytes, room for the whole chunk), and
+ * no further than the block that holds the last of them: zstd's
+ * buffer-less API. (ZSTD_decompressStream cannot stop early: with all the
+ * input at hand it decodes the whole frame into its own window before it
+ * gives out the part asked for, so a part cost as much as the chunk, and a
+ * copy more.) 1 when done, or -EIO. */
+static int zstd_prefix_blocks(ZSTD_DCtx *context, const char *name, const uint8_t *in,
+                              size_t in_size, uint8_t *out, size_t capacity, size_t needed,
+                              zm_err *err)
+{
+    size_t got = 0, at = 0;
+    while (got < needed) {
+        if (at == in_size)
+            return zm_err_set(err, -EIO, "%s: the stream ends after %zu bytes, %zu needed", name,
+                              got, needed);
+        size_t rc = ZSTD_decompressBegin(context);
+        if (ZSTD_isError(rc))
+            return zm_err_set(err, -EIO, "%s: %s", name, ZSTD_getErrorName(rc));
+        size_t next;
+        while (got < needed && (next = ZSTD_nextSrcSizeToDecompress(context)) != 0) {
+            if (next > in_size - at)
+                return zm_err_set(err, -EIO, "%s: the stream is cut short after %zu bytes", name,
+                                  got);
+            rc = ZSTD_decompressContinue(context, out + got, capacity - got, in + at, next);
+            if (ZSTD_isError(rc))
+                return zm_err_set(err, -EIO, "%s: stream corrupt (%s)", name,
+                                  ZSTD_getErrorName(rc));
+            at += next;
+            got += rc;
+        }
+    }
+    return 1;
+}
+
 int zm__zarr_decode_prefix(const zm__zcodec *codecs, unsigned count, int fortran_order,
                            unsigned rank, const uint64_t *shape, size_t item_size,
-                           const uint8_t *in, size_t in_size, uint8_t *out, size_t needed,
-                           zm_err *err)
+                           const uint8_t *in, size_t in_size, uint8_t *out, size_t capacity,
+                           size_t needed, zm_err *err)
 {
     if (!zm__zarr_prefix_decodable(codecs, count, fortran_order, rank) || shape[0] == 0 ||
-        needed == 0 || needed > shape[0] * item_size)
+        needed == 0 || needed > shape[0] * item_size || capacity < needed)
         return 0;
     unsigned at = 0;
     while (codecs[at].id != ZM__ZCODEC_ZSTD)
@@ -918,6 +956,13 @@ int zm__zarr_decode_prefix(const zm__zcodec *codecs, unsigned count, int fortran
     ZSTD_DCtx *context = zm__zstd_context();
     if (context == NULL)
         return zm_err_set(err, -ENOMEM, "%s: out of memory", codecs[at].name);
+    if (capacity >= shape[0] * item_size) {
+        int rc = zstd_prefix_blocks(context, codecs[at].name, in, in_size, out, capacity, needed,
+                                    err);
+        ZSTD_DCtx_reset(context, ZSTD_reset_session_only);
+        return rc;
+    }
+    /* Room for the part alone: the stream decoder, into its own window. */
     ZSTD_DCtx_reset(context, ZSTD_reset_session_only);
     ZSTD_inBuffer input = {in, in_size, 0};
     ZSTD_outBuffer output = {out, needed, 0};

@@ -309,11 +309,14 @@ int zm__zarr_decode_strings(const zm__zcodec *codecs, unsigned count, int fortra
  * most a bytes codec that leaves the bytes as they are): 1 when done, 0
  * when the chain does not allow it (decode the whole chunk), or -EIO for a
  * stream that is damaged or ends early. A part of a chunk then costs about
- * its share of the chunk's decoding. */
+ * its share of the chunk's decoding. out holds capacity bytes (at least
+ * needed): with room for the whole chunk the blocks are decoded straight
+ * into it, stopping after the one that holds the last byte needed (bytes
+ * after needed are then written too); with less, through zstd's window. */
 int zm__zarr_decode_prefix(const zm__zcodec *codecs, unsigned count, int fortran_order,
                            unsigned rank, const uint64_t *shape, size_t item_size,
-                           const uint8_t *in, size_t in_size, uint8_t *out, size_t needed,
-                           zm_err *err);
+                           const uint8_t *in, size_t in_size, uint8_t *out, size_t capacity,
+                           size_t needed, zm_err *err);
 /* Whether a chain lets zm__zarr_decode_prefix decode a part (before any
  * byte is read). */
 int zm__zarr_prefix_decodable(const zm__zcodec *codecs, unsigned count, int fortran_order,

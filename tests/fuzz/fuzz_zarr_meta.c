@@ -610,13 +610,26 @@ static void decode_chunk(const chunk_form *f, const uint8_t *chunk, size_t chunk
         uint8_t *prefix = alloc(needed);
         zm_err_clear(&err);
         int p = zm__zarr_decode_prefix(f->codecs, f->count, f->fortran_order, f->rank, f->shape,
-                                       f->item_size, chunk, chunk_size, prefix, needed, &err);
+                                       f->item_size, chunk, chunk_size, prefix, needed, needed,
+                                       &err);
         ZM_FUZZ_CHECK(p == 1 || p == -ENOMEM,
                       "%s: the first %zu bytes of a chunk that decodes: %d (%s)", what, needed, p,
                       err.reason);
         if (p == 1)
             ZM_FUZZ_CHECK(memcmp(prefix, out[0], needed) == 0,
                           "%s: the first %zu bytes decoded alone differ", what, needed);
+        free(prefix);
+        /* With room for the whole chunk: block by block, straight into it. */
+        prefix = alloc(raw);
+        zm_err_clear(&err);
+        p = zm__zarr_decode_prefix(f->codecs, f->count, f->fortran_order, f->rank, f->shape,
+                                   f->item_size, chunk, chunk_size, prefix, raw, needed, &err);
+        ZM_FUZZ_CHECK(p == 1 || p == -ENOMEM || needed > raw,
+                      "%s: the first %zu bytes of a chunk that decodes, with room for all: %d (%s)",
+                      what, needed, p, err.reason);
+        if (p == 1)
+            ZM_FUZZ_CHECK(memcmp(prefix, out[0], needed) == 0,
+                          "%s: the first %zu bytes decoded block by block differ", what, needed);
         free(prefix);
     }
     if (raw <= ROUND_TRIP_MAX) {
