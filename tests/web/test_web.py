@@ -372,9 +372,9 @@ class Browser:
         self.buffer = b""
         self.next_id = 0
         self.events = []
-        targets = self.call("Target.getTargets")["targetInfos"]
-        page = next(t for t in targets if t["type"] == "page")
-        self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
+        # A page of our own (the first tab may not be there yet), and a session on it.
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         for domain in ("Page", "Runtime", "Network"):
             self.call(f"{domain}.enable", session=True)
 
