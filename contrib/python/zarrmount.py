@@ -303,6 +303,7 @@ def _unmount(state, timeout):
     daemon to end and removes a private mount point. Safe to call more than once."""
     with state.lock:
         point = state.point
+        lazy = False
         if is_mounted(point):
             deadline = time.monotonic() + timeout
             while True:
@@ -311,11 +312,15 @@ def _unmount(state, timeout):
                     break
                 if time.monotonic() >= deadline:
                     subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True)
+                    lazy = True
                     break
                 time.sleep(0.1)
-        # The daemon ends once the kernel has let the mount go (a lazy unmount: once the last
-        # open file on it is closed).
-        if state.daemon is not None:
+        # The daemon ends once the kernel has let the mount go. After a lazy unmount that is
+        # once the last file open on it is closed, which may be this process's own: it is not
+        # waited for.
+        if lazy:
+            pass
+        elif state.daemon is not None:
             try:
                 state.returncode = state.daemon.wait(timeout=max(timeout, 1.0) * 6)
             except subprocess.TimeoutExpired:
@@ -455,6 +460,11 @@ class Mount:
         return self._finalizer.alive and is_mounted(self._state.point)
 
     @property
+    def pid(self):
+        """The daemon's process id (None if it could not be found)."""
+        return self._state.daemon.pid if self._state.daemon is not None else self._state.pid
+
+    @property
     def returncode(self):
         """The foreground daemon's exit status once unmounted (None for a background one)."""
         return self._state.returncode
@@ -471,9 +481,10 @@ class Mount:
         return self._log
 
     def unmount(self, timeout=None):
-        """Unmounts (``fusermount3 -u``, retried for ``timeout`` seconds while busy, then
-        ``fusermount3 -u -z``), waits for the daemon to end and removes a private mount point.
-        Does nothing the second time."""
+        """Unmounts (``fusermount3 -u``, retried for ``timeout`` seconds while a file is open on
+        the mount, then ``fusermount3 -u -z``, which detaches it at once and lets the daemon
+        end when the last open file is closed), waits for the daemon to end (but after a lazy
+        unmount) and removes a private mount point. Does nothing the second time."""
         if self._state.log_file is not None:
             self.log()
         if timeout is not None and self._finalizer.alive:

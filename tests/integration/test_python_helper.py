@@ -130,7 +130,10 @@ def check_mount_and_options(source):
         check("options: True is a bare flag (noatime, allow_other), False is left out (noexec)",
               "noatime" in mount_options and "allow_other" in super_options and "noexec" not in mount_options,
               line)
-        check("options: cache_dir= reaches the daemon", os.path.isdir(cache) or "cache" in json.dumps(info), info)
+        with open(f"/proc/{m.pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        check("options: the daemon (m.pid) runs with -o cache_dir=..., -o noatime, and no -o noexec",
+              f"cache_dir={cache}".encode() in argv and b"noatime" in argv and b"noexec" not in argv, argv)
         check("mount: repr says mounted", "(mounted)" in repr(m) and m.mounted, repr(m))
     check("mount: unmounted after the with block (the given mount point stays)",
           not zarrmount.is_mounted(at) and os.path.isdir(at) and not m.mounted)
@@ -369,15 +372,16 @@ def check_lifetimes(source):
     # Busy: a file open on the mount; after the timeout the mount is detached lazily.
     at = point("busy")
     m = zarrmount.mount(source, at)
-    pid = m._state.pid
+    pid = m.pid
     f = open(m.path / "full" / ".zattrs", "rb")
     m.unmount(timeout=0.3)
     check("lifetime: a busy mount is detached lazily after the timeout", not zarrmount.is_mounted(at))
-    check("lifetime: ... the open file still reads", len(f.read()) > 0)
+    check("lifetime: ... its daemon still serves the open file, which reads",
+          zarrmount._proc_start_time(pid) is not None and json.loads(f.read())["encoding-type"] == "anndata")
     f.close()
-    while zarrmount._proc_start_time(pid) is not None:
+    while zarrmount._proc_start_time(pid) is not None:  # ends once the file is closed
         zarrmount.time.sleep(0.02)
-    check("lifetime: ... and the daemon ends once it is closed", pid is not None)
+    check("lifetime: ... and the daemon ends once it is closed", zarrmount._proc_start_time(pid) is None)
 
     with zarrmount.mount(source, point("foreground"), foreground=True) as m:
         check("foreground=True: the daemon is a child, mounted", m._state.daemon.poll() is None and m.mounted)
