@@ -23,7 +23,8 @@ user of a lazy store checks them (docs/mount.md, "Stats"):
 (The counting checks mount with ahead_idle=0: they count what a reader's
 own requests cost.)
 
-Every mount is unmounted in every outcome (run by run_mount_test.sh, which
+Mounts go through contrib/python/zarrmount.py, the Python helper, which
+unmounts in every outcome (and run_mount_test.sh, which
 also unmounts whatever a crash leaves). No step has a time limit. Prints TAP.
 """
 import contextlib
@@ -43,6 +44,10 @@ import numpy as np
 
 BINARY = os.environ.get("ZM_BINARY", "build/zarrmount")
 ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
+# Mounts go through the Python helper, which runs $ZARRMOUNT.
+sys.path.insert(0, os.path.join(ROOT, "contrib", "python"))
+os.environ["ZARRMOUNT"] = os.path.abspath(BINARY)
+import zarrmount  # noqa: E402
 SOURCES = [
     # Chunked arrays of several chunks each, deflated: reads are countable.
     os.path.join(ROOT, "fixtures/sources/filters/gzip1.h5ad"),
@@ -57,36 +62,16 @@ def check(name, ok, detail=""):
     results.append((bool(ok), name, detail))
 
 
-def is_mounted(path):
-    path = os.path.realpath(path)
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == path for line in f)
-
-
 @contextlib.contextmanager
 def mounted(source, *options):
-    """Mounts source in a new directory (foreground daemon); always unmounts."""
+    """Mounts source in a new directory through the Python helper (contrib/python/zarrmount.py),
+    which unmounts in every outcome; yields the mount point."""
     point = tempfile.mkdtemp(prefix="zm-stats-", dir=os.environ.get("ZM_MOUNT_PARENT"))
-    args = [BINARY, source, point, "-f"]
-    for option in options:
-        args += ["-o", option]
-    log = tempfile.TemporaryFile()
-    daemon = subprocess.Popen(args, stdout=log, stderr=log)
     try:
-        while not is_mounted(point):
-            if daemon.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"mount failed: {log.read().decode(errors='replace').strip()}")
-            time.sleep(0.05)
-        yield point
+        with zarrmount.mount(source, point, **dict(option.split("=", 1) for option in options)) as m:
+            yield str(m.path)
     finally:
-        if is_mounted(point):
-            subprocess.run(["fusermount3", "-u", point], capture_output=True)
-        if daemon.poll() is None and is_mounted(point):
-            subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True)
-        daemon.wait()
         os.rmdir(point)
-        log.close()
 
 
 def read_to_end(fd):

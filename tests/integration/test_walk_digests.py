@@ -36,6 +36,10 @@ from live_mount import check  # noqa: E402
 
 BINARY = os.environ.get("ZM_BINARY", "build/zarrmount")
 ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
+# Mounts go through the Python helper (contrib/python/zarrmount.py), which runs $ZARRMOUNT.
+sys.path.insert(0, os.path.join(ROOT, "contrib", "python"))
+os.environ["ZARRMOUNT"] = os.path.abspath(BINARY)
+import zarrmount  # noqa: E402
 FIXTURES = os.path.join(ROOT, "fixtures", "sources")
 RECORD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "walk-digests.json")
 
@@ -145,12 +149,18 @@ def main(record):
         # The mounts first: their info.json names the codec libraries.
         for name, codec, views in MOUNTED:
             try:
-                with live_mount.Mount(os.path.join(FIXTURES, name), f"codec={codec}", debug=False) as mount:
-                    with open(os.path.join(mount.point, ".zarrmount", "info.json")) as f:
-                        libraries = json.load(f)["codecLibraries"]
+                # Through the Python helper, the daemon in the foreground: its exit status and
+                # log are checked once it is unmounted.
+                point = tempfile.mkdtemp(prefix="zm-digests-", dir=live_mount.PARENT)
+                with zarrmount.mount(os.path.join(FIXTURES, name), point, codec=codec, foreground=True,
+                                     env=live_mount.daemon_env()) as mount:
+                    libraries = mount.info()["codecLibraries"]
                     for view in views:
-                        got[f"mount {name} {view} codec={codec}"] = \
-                            (walk_digest(os.path.join(mount.point, view)), codec)
+                        got[f"mount {name} {view} codec={codec}"] = (walk_digest(str(mount.path / view)), codec)
+                check(f"{os.path.basename(point)}: unmounted, the daemon exits 0 and logged no sanitizer report",
+                      mount.returncode == 0 and not live_mount.sanitizer_report(mount.log()),
+                      f"status {mount.returncode}\n{mount.log()[-3000:].decode(errors='replace')}")
+                os.rmdir(point)
             except Exception:
                 check(f"mount {name} codec={codec}: walked", False, traceback.format_exc())
         for key, source, view, extra, codec in cases():
