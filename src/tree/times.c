@@ -61,10 +61,14 @@ void zm__source_identity_text(const zm_tree *t, int with_inode, char *out, size_
              build[0] ? "|codecs=" : "", build, ordered, ZM_STORE_FORMAT_VERSION);
 }
 
-/* Times run from 2001-01-01 to 2037-12-31 (plausible, and inside a signed
- * 32-bit time_t), whole seconds plus a derived nanosecond part. */
-#define TIME_FIRST_SECOND INT64_C(978307200)  /* 2001-01-01T00:00:00Z */
-#define TIME_SECONDS      INT64_C(1167609600) /* to 2038-01-01T00:00:00Z */
+/* Times run from 2001-01-01 to 2020-12-31, whole seconds plus a derived
+ * nanosecond part: plausible, and in the past on every machine, so that
+ * none is "in the future" (tar and make warn of such files, and HTTP
+ * wants no Last-Modified later than the response's Date). 631 million
+ * seconds: two stores sharing a path and a size share a time once in
+ * 600 million pairs. */
+#define TIME_FIRST_SECOND INT64_C(978307200) /* 2001-01-01T00:00:00Z */
+#define TIME_SECONDS      INT64_C(631152000) /* to 2021-01-01T00:00:00Z */
 
 static int64_t time_of_hash(uint64_t hash)
 {
