@@ -10,7 +10,9 @@ validators (ETag, Last-Modified) that change when the bytes do.
 - another chunk_size, codec or layout gives every path another time;
 - a copy of the source at another path with its mtime kept (cp -p) gives
   the same times; the copy touched, or a byte added with its mtime put
-  back, gives others; .zarrmount/info.json's time is its own bytes';
+  back, gives others; the same for a directory store (../shared/data's
+  pbmc68k_reduced.zarr) copied, then one of its files touched;
+  .zarrmount/info.json's time is its own bytes';
   stats.json's is now;
 - nginx (Debian's, as a child process with its own prefix and config in a
   temporary directory, on a free port of 127.0.0.1; killed in every outcome)
@@ -39,6 +41,9 @@ BINARY = os.environ.get("ZM_BINARY", "build/zarrmount")
 ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
 SOURCE = os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad")
 PARENT = os.environ.get("ZM_MOUNT_PARENT")
+SHARED = os.environ.get("ZM_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
+# A directory store (its identity: the files' total size, the newest mtime, the manifest's digest).
+STORE = os.path.join(SHARED, "zarr", "pbmc68k_reduced.zarr")
 NGINX = "/usr/sbin/nginx"
 # A .zarray and a chunk whose bytes another chunk_size changes (60 float64 values: 8 rows a
 # chunk at 64 bytes, 9 at 72). The .zarray keeps its size ("chunks": [8] or [9]): with the
@@ -107,6 +112,34 @@ def times_of(point):
 def mount_times(source, *options):
     with mounted(source, *options) as point:
         return times_of(point)
+
+
+def store_times(source):
+    """{path: mtime_ns} of a directory store's mount: the root, full/ and full/obs/'s entries,
+    and full/X/.zarray (no chunk)."""
+    with mounted(source) as point:
+        paths = ["", "full", "full/X", "full/X/.zarray", "full/obs"]
+        paths += [os.path.join("full/obs", name) for name in sorted(os.listdir(os.path.join(point, "full/obs")))]
+        return {p: os.lstat(os.path.join(point, p)).st_mtime_ns for p in paths}
+
+
+def check_store(work):
+    if not os.path.isdir(STORE):
+        check(f"a directory store's copy # SKIP no {STORE}", True)
+        return
+    first = store_times(STORE)
+    copy = os.path.join(work, "copy.zarr")
+    shutil.copytree(STORE, copy, copy_function=shutil.copy2)
+    copied = store_times(copy)
+    check("a directory store copied elsewhere (mtimes kept): the same times",
+          len(first) > 5 and copied == first, [p for p in first if copied.get(p) != first[p]][:5])
+    chunk = next(os.path.join(d, f) for d, _, files in sorted(os.walk(os.path.join(copy, "obs")))
+                 for f in sorted(files) if not f.startswith("."))
+    st = os.stat(chunk)
+    os.utime(chunk, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    touched = store_times(copy)
+    same = [p for p in first if touched.get(p) == first[p]]
+    check("the copy with one chunk file touched: every path has another time", not same, same[:5])
 
 
 def all_differ(a, b):
@@ -301,7 +334,7 @@ def check_nginx(work):
 def main():
     work = tempfile.mkdtemp(prefix="zm-times-work-", dir=PARENT)
     try:
-        for step in [check_times, check_nginx]:
+        for step in [check_times, check_store, check_nginx]:
             try:
                 step(work)
             except Exception:
