@@ -185,9 +185,9 @@ void zm__tree_kernel_reads_kept(zm_tree *tree);
  * gave: an xxh3 of what makes its bytes (the source's content: size, mtime,
  * head hash, manifest digest, codec libraries, priority seed; the options
  * that change bytes; ZM_STORE_FORMAT_VERSION) and of the path, mapped into
- * 2001-01-01..2020-12-31. The same on every machine and every mount of the
- * same source content (not its path or inode) and options; another when any
- * of them changes. .zarrmount/info.json's is derived from its own bytes, a
+ * 2001-01-01..2020-12-31. The same on every mount of the same source
+ * content (not its path or inode) and options, on every machine with the
+ * same codec libraries; another when any of them changes. .zarrmount/info.json's is derived from its own bytes, a
  * live file's (stats.json) is now. path may end in "@<node->snapshot>"
  * (the inode of a snapshot). Thread-safe, cheap (no I/O). */
 int64_t zm__tree_time_ns(zm_tree *tree, const char *path, const zm_node *node);

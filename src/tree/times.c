@@ -38,12 +38,15 @@ void zm__source_identity_text(const zm_tree *t, int with_inode, char *out, size_
 {
     const zm_source_identity *id = zm_source_get_identity(t->source);
     /* The codec's libraries and their versions (zm_codec_build): another
-     * zstd may make other bytes for the same values. codec=none adds
-     * nothing: its chunks are the values as they are. */
+     * zstd may make other bytes for the same values, and a mount must never
+     * serve one library's chunks beside another's. codec=none adds nothing:
+     * its chunks are the values as they are, which no codec library makes. */
     char build[256];
     zm_codec_build(&t->codec, build, sizeof build);
     /* A priority-ordered file's stores name its cells by original position
-     * (its verified record's seed): other stores than an ordinary file's. */
+     * (its verified record's seed): other stores than those of a mount that
+     * read it as an ordinary file (zarrmount before issue 20), whose
+     * subsamples held other cells. */
     const zm_priority *priority = zm_source_priority(t->source);
     char ordered[32] = "";
     if (priority->verified)
@@ -87,8 +90,8 @@ void zm__times_open(zm_tree *t)
     char identity[512], options[256], text[1024];
     zm__source_identity_text(t, 0, identity, sizeof identity);
     zm__bytes_options(t, options, sizeof options);
-    int n = snprintf(text, sizeof text, "zarrmount times|%s|%s", identity, options);
-    t->time_seed = XXH3_64bits(text, n > 0 ? ((size_t)n < sizeof text ? (size_t)n : sizeof text - 1) : 0);
+    snprintf(text, sizeof text, "zarrmount times|%s|%s", identity, options);
+    t->time_seed = XXH3_64bits(text, strlen(text));
 }
 
 void zm__times_of_info(zm_tree *t)
