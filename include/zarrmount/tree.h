@@ -15,6 +15,15 @@
 
 typedef struct zm_tree zm_tree;
 
+/* The version of the stores zarrmount serves: bumped whenever the bytes
+ * served for the same source and options change (a document's field, a
+ * chunk's layout, a fill value, an encoder's settings). Every path's time
+ * is derived from it (zm__tree_time_ns), so that an HTTP cache in front of
+ * a mount never answers "not modified" with bytes of the earlier version;
+ * the disk cache files entries under it, so that none of them is served
+ * by a build that would make other bytes. docs/mount.md, "File times". */
+#define ZM_STORE_FORMAT_VERSION 1
+
 /* What a tree serves and how; filled from the mount options. */
 typedef struct zm_tree_options {
     const char *source;          /* the HDF5 file */
@@ -170,6 +179,18 @@ int zm__tree_kept_on_disk(zm_tree *tree);
  * ahead leave them on disk instead of loading them into memory. */
 void zm__tree_kernel_reads_kept(zm_tree *tree);
 
+
+/* The time of a path (its atime, mtime and ctime alike), in nanoseconds
+ * since the epoch, for the node a lookup, a listing or a getattr of it
+ * gave: an xxh3 of what makes its bytes (the source's content: size, mtime,
+ * head hash, manifest digest, codec libraries, priority seed; the options
+ * that change bytes; ZM_STORE_FORMAT_VERSION) and of the path, mapped into
+ * 2001-01-01..2020-12-31. The same on every mount of the same source
+ * content (not its path or inode) and options, on every machine with the
+ * same codec libraries; another when any of them changes. .zarrmount/info.json's is derived from its own bytes, a
+ * live file's (stats.json) is now. path may end in "@<node->snapshot>"
+ * (the inode of a snapshot). Thread-safe, cheap (no I/O). */
+int64_t zm__tree_time_ns(zm_tree *tree, const char *path, const zm_node *node);
 
 /* The target of a link. */
 int zm__tree_readlink(zm_tree *tree, const char *path, char *target, size_t size, zm_err *err);

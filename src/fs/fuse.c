@@ -141,16 +141,23 @@ static const char *zm__kind_name(zm_node_kind kind)
     return "file";
 }
 
-static void zm__fill_stat(const zm__fs *fs, uint64_t inode, const zm_node *node, struct stat *st)
+/* A path's attributes. Its times are the tree's (zm__tree_time_ns): derived
+ * from what makes its bytes, not the source's mtime, so that a remount with
+ * other options (another chunk size) gives every file a new time, and an
+ * HTTP server's validators (nginx's ETag, Last-Modified) change with them. */
+static void zm__fill_stat(const zm__fs *fs, uint64_t inode, const char *path, const zm_node *node,
+                          struct stat *st)
 {
     const struct stat *source = &fs->config.source_stat;
     memset(st, 0, sizeof *st);
     st->st_ino = inode;
     st->st_uid = source->st_uid;
     st->st_gid = source->st_gid;
-    st->st_atim = source->st_mtim;
-    st->st_mtim = source->st_mtim;
-    st->st_ctim = source->st_mtim;
+    int64_t time_ns = zm__tree_time_ns(fs->tree, path, node);
+    st->st_mtim.tv_sec = (time_t)(time_ns / 1000000000);
+    st->st_mtim.tv_nsec = (long)(time_ns % 1000000000);
+    st->st_atim = st->st_mtim;
+    st->st_ctim = st->st_mtim;
     st->st_blksize = ZM__BLOCK_SIZE;
     /* Directories say 1 link, the usual "not counted": counting would list
      * every subdirectory, and 2 would tell find and du's leaf optimization
@@ -173,8 +180,8 @@ static void zm__fill_stat(const zm__fs *fs, uint64_t inode, const zm_node *node,
     }
 }
 
-void zm__fill_entry(const zm__fs *fs, uint64_t inode, const zm_node *node,
-                           struct fuse_entry_param *entry)
+void zm__fill_entry(const zm__fs *fs, uint64_t inode, const char *path, const zm_node *node,
+                    struct fuse_entry_param *entry)
 {
     memset(entry, 0, sizeof *entry);
     entry->ino = inode;
@@ -183,7 +190,7 @@ void zm__fill_entry(const zm__fs *fs, uint64_t inode, const zm_node *node,
      * open sees a new snapshot. */
     entry->attr_timeout = node->live ? 0 : ZM__CACHE_SECONDS;
     entry->entry_timeout = node->live ? 0 : ZM__CACHE_SECONDS;
-    zm__fill_stat(fs, inode, node, &entry->attr);
+    zm__fill_stat(fs, inode, path, node, &entry->attr);
 }
 
 void zm__handle_add(zm__fs *fs, zm__handle *handle)
@@ -374,7 +381,7 @@ static void zm__reply_entry(zm__fs *fs, fuse_req_t req, const char *path, const 
     if (node->live)
         held = *node;
     struct fuse_entry_param entry;
-    zm__fill_entry(fs, inode, &held, &entry);
+    zm__fill_entry(fs, inode, path, &held, &entry);
     ZM__TRACE(fs, req, "lookup %s: inode %llu, %s of %llu bytes%s", path, (unsigned long long)inode,
               zm__kind_name(held.kind), (unsigned long long)held.size,
               held.error != 0 ? " (its bytes could not be made: opens and reads fail)" : "");
@@ -470,15 +477,22 @@ static void zm__op_getattr(fuse_req_t req, fuse_ino_t inode, struct fuse_file_in
             zm__reply_failure(fs, req, "getattr", "(unknown inode)", rc, NULL);
         if (rc == 0) {
             struct stat st;
-            zm__fill_stat(fs, inode, &node, &st);
+            zm__fill_stat(fs, inode, path, &node, &st);
             ZM__TRACE(fs, req, "getattr %s: %llu bytes now", path, (unsigned long long)node.size);
             fuse_reply_attr(req, &st, 0);
         }
         free(path);
         return;
     }
+    /* Its time is its path's. */
+    char *path = NULL;
+    if ((rc = zm__inodes_get(fs->inodes, inode, &path, NULL)) != 0) {
+        zm__reply_failure(fs, req, "getattr", "(unknown inode)", rc, NULL);
+        return;
+    }
     struct stat st;
-    zm__fill_stat(fs, inode, &node, &st);
+    zm__fill_stat(fs, inode, path, &node, &st);
+    free(path);
     ZM__TRACE(fs, req, "getattr inode %llu", (unsigned long long)inode);
     fuse_reply_attr(req, &st, ZM__CACHE_SECONDS);
 }

@@ -139,7 +139,7 @@ static int zm__add_entry(zm__fs *fs, fuse_req_t req, const zm__dir *dir, size_t 
         zm_node held;
         if (path && node->size != ZM_SIZE_UNKNOWN &&
             (rc = zm__inodes_remember_held(fs->inodes, path, node, NULL, &inode, &held)) == 0) {
-            zm__fill_entry(fs, inode, &held, &entry);
+            zm__fill_entry(fs, inode, path, &held, &entry);
             *looked_up = inode;
             *unmade = held.error != 0;
         }

@@ -121,7 +121,8 @@ void zm__reply_failure(zm__fs *fs, fuse_req_t req, const char *operation, const 
                        const zm_err *err);
 char *zm__join(const char *directory, const char *name);
 mode_t zm__type_bits(zm_node_kind kind);
-void zm__fill_entry(const zm__fs *fs, uint64_t inode, const zm_node *node,
+/* An entry's attributes: path (the inode's, as remembered) gives its times. */
+void zm__fill_entry(const zm__fs *fs, uint64_t inode, const char *path, const zm_node *node,
                     struct fuse_entry_param *entry);
 void zm__handle_add(zm__fs *fs, zm__handle *handle);
 void zm__handle_remove(zm__fs *fs, zm__handle *handle);

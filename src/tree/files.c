@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "zarrmount/log.h"
 
@@ -152,14 +151,13 @@ int zm__kept_on_disk(const zm_view *view, const zm_store_node *node)
            (node->producer == ZM_PRODUCE_CELL_STRINGS &&
             !zm_view_is_identity(zm_view_of(view, node)) && node->meta.rank > 0);
 }
-/* The disk cache's key of a chunk: its file key and what else makes its
- * bytes (the codec and the chunk size, which options change). */
+/* The disk cache's key of a chunk: its file key and the options that change
+ * its bytes (zm__bytes_options). */
 static void disk_key_of(const zm_tree *t, const char *file_key, char *out, size_t size)
 {
-    char codec[64];
-    zm_codec_format(&t->codec, codec, sizeof codec);
-    snprintf(out, size, "%s|codec=%s|blocksize=%d|chunk=%" PRIu64, file_key, codec, t->codec.blocksize,
-             t->chunk_bytes);
+    char options[256];
+    zm__bytes_options(t, options, sizeof options);
+    snprintf(out, size, "%s|%s", file_key, options);
 }
 
 static int make_chunk(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err);
@@ -597,34 +595,13 @@ int zm__open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err)
         zm_log(LOG_WARNING, "no disk cache (%s): chunks are kept in memory only", why.reason);
         return 0;
     }
-    uint8_t head[65536];
-    ssize_t got = zm_source_read_raw(t->source, 0, head, sizeof head);
-    const zm_source_identity *id = zm_source_get_identity(t->source);
-    /* The codec's libraries and their versions (zm_codec_build) file its
-     * chunks apart: another zstd may make other bytes for the same values,
-     * and a mount must never serve one library's chunks beside another's.
-     * After an upgrade the old entries are never read again, and go as the
-     * bound evicts them. codec=none adds nothing: its chunks are the values
-     * as they are, which no codec library makes, so they stay shared. */
-    char build[256];
-    zm_codec_build(&t->codec, build, sizeof build);
-    /* A priority-ordered file's stores name its cells by original position
-     * (its verified record's seed): filed apart from what a mount that
-     * read it as an ordinary file kept (zarrmount before issue 20), whose
-     * subsamples held other cells. */
-    const zm_priority *priority = zm_source_priority(t->source);
-    char ordered[32] = "";
-    if (priority->verified)
-        snprintf(ordered, sizeof ordered, "|priority=%" PRIu32, priority->seed);
-    /* A directory store has no bytes of its own to hash: its manifest's
-     * digest names its version. */
-    char digest[40] = "";
-    if (id->digest != 0)
-        snprintf(digest, sizeof digest, "|manifest=%016llx", (unsigned long long)id->digest);
-    snprintf(t->disk_space, sizeof t->disk_space, "source|%lld|%lld|%llu|%016llx%s%s%s%s",
-             (long long)id->size, (long long)id->mtime_ns, (unsigned long long)id->inode,
-             (unsigned long long)XXH3_64bits(head, got > 0 ? (size_t)got : 0), digest,
-             build[0] ? "|codecs=" : "", build, ordered);
+    /* The source's identity (zm__source_identity_text): its size, mtime,
+     * inode, the hash of its first 64 KiB or a directory store's manifest
+     * digest, the codec libraries that make its chunks' bytes (after an
+     * upgrade the old entries are never read again, and go as the bound
+     * evicts them), a priority-ordered file's seed and the store format
+     * version. */
+    zm__source_identity_text(t, 1, t->disk_space, sizeof t->disk_space);
     int rc = zm_disk_open(directory, options->cache_max ? options->cache_max : ZM_DEFAULT_DISK_CACHE_MAX,
                           &t->disk, &why);
     if (rc == -EPERM && given) {

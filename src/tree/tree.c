@@ -617,6 +617,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     if (t->source_text != NULL)
         zm_text_utf8_copy(t->source_text, source_length + 1, options->source);
     t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : ZM_DEFAULT_CHUNK_BYTES;
+    t->layout_anndata = options->layout_anndata;
     uint64_t memory = options->cache_bytes ? options->cache_bytes : ZM_DEFAULT_CACHE_BYTES;
     t->cache_bytes = memory / 2 ? memory / 2 : 1;
     t->synth = zm_synth_create(memory / 4);
@@ -638,8 +639,11 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
         rc = zm_source_open(options->source, &so, &t->source, err);
     if (rc == 0)
         rc = zm_source_default_block_size(t->source, &t->b0, err);
-    if (rc == 0)
+    if (rc == 0) {
+        zm__read_source_head(t);
+        zm__times_open(t);
         rc = zm__open_disk(t, options, err);
+    }
     if (rc == 0)
         rc = zm__sets_open(t, options->sets_dir, err);
     if (rc == 0)
@@ -751,6 +755,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
             t->info[n] = '\n';
             t->info_size = n + 1;
             free(text);
+            zm__times_of_info(t);
         }
     }
     if (rc != 0) {

@@ -144,6 +144,11 @@ struct zm_tree {
      * off, or the directory could not be used). */
     zm_disk *disk;
     char disk_space[512];
+    uint64_t head_hash; /* xxh3 of the source's first 64 KiB (zm__read_source_head) */
+    /* Every path's time is derived from this (times.c): the source's
+     * content, the options that change bytes, the store format version. */
+    uint64_t time_seed;
+    int64_t info_time_ns; /* info.json's: from its own bytes */
     _Atomic int disk_failed; /* a write failed: said once in the log */
     _Atomic int disk_read_failed; /* an entry was damaged or unreadable: said once */
     /* Chunks the disk cache holds reach readers by the kernel (passthrough,
@@ -161,6 +166,7 @@ struct zm_tree {
     zm_codec codec;
     zm_synth *synth; /* what the mount gives walks */
     uint64_t chunk_bytes;
+    int layout_anndata; /* -o layout=anndata */
     zm_block_size b0;
     zm_cache *files;
     pthread_mutex_t mutex;
@@ -373,6 +379,23 @@ int zm__file_in_cache(zm_tree *t, zm_view *view, view_stats *vs, const char *ful
 int zm__kept_size(zm_tree *t, zm_view *view, const char *path, const place *w, uint64_t *size);
 /* The disk cache and its writer, if wanted and usable. */
 int zm__open_disk(zm_tree *t, const zm_tree_options *options, zm_err *err);
+
+/* ---- times.c: what makes the bytes, and the times derived from it ------ */
+
+/* The options that change a served file's bytes, as text ("codec=...|
+ * blocksize=...|chunk=..."): the one place an option that changes bytes is
+ * written, for the disk cache's keys and the paths' times alike. */
+void zm__bytes_options(const zm_tree *t, char *out, size_t size);
+/* Hashes the source's first 64 KiB into t->head_hash. */
+void zm__read_source_head(zm_tree *t);
+/* The source's identity as text: size, mtime, (inode,) head hash, manifest
+ * digest, codec libraries, priority seed, store format version. The disk
+ * cache's space has the inode; the times leave it out. */
+void zm__source_identity_text(const zm_tree *t, int with_inode, char *out, size_t size);
+/* t->time_seed, once the source, codec and options are known; then, once
+ * info.json is made, its time. */
+void zm__times_open(zm_tree *t);
+void zm__times_of_info(zm_tree *t);
 
 /* ---- ahead.c: work ahead of readers ------------------------------------- */
 

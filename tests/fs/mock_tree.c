@@ -42,7 +42,11 @@
  * zm__tree_open_kept writes the file's bytes to CACHE_DIR/kept-<name> and
  * lends it, and every open_kept and read is appended to CACHE_DIR/log
  * ("kept PATH", "read PATH"), so a test sees which reads reached the
- * daemon. */
+ * daemon.
+ *
+ * Times (zm__tree_time_ns): a path's mtime is the source's mtime in whole
+ * seconds plus the path's length in seconds, and the path's length in
+ * nanoseconds; the FUSE layer must give it as atime, mtime and ctime. */
 #include "zarrmount/tree.h"
 
 #include <errno.h>
@@ -523,6 +527,13 @@ size_t zm__tree_skipped(zm_tree *tree, const char *const **lines)
 int zm__tree_kept_on_disk(zm_tree *tree)
 {
     return tree->cache_dir != NULL;
+}
+
+int64_t zm__tree_time_ns(zm_tree *tree, const char *path, const zm_node *node)
+{
+    (void)node;
+    int64_t length = (int64_t)strlen(path);
+    return ((int64_t)tree->source_stat.st_mtim.tv_sec + length) * 1000000000 + length;
 }
 
 int zm__tree_readlink(zm_tree *tree, const char *path, char *target, size_t size, zm_err *err)

@@ -282,8 +282,15 @@ def test_attributes():
     everything = files + dirs + [link]
     check("stat: owner and group are the source's",
           all(s.st_uid == source_stat.st_uid and s.st_gid == source_stat.st_gid for s in everything))
-    check("stat: times are the source's mtime",
-          all(s.st_mtime_ns == source_stat.st_mtime_ns and s.st_ctime_ns == source_stat.st_mtime_ns for s in everything))
+    # The mock's times (mock_tree.c, zm__tree_time_ns): the source's whole seconds plus the
+    # path's length in seconds and in nanoseconds; atime, mtime and ctime alike.
+    timed = ["README", "empty", "big.bin", "full/X/0.1", ""] + DIRECTORIES + ["link"]
+    def mock_time(p):
+        return (source_stat.st_mtime_ns // 10**9 + len(p)) * 10**9 + len(p)
+    check("stat: times are the tree's, for the path (atime, mtime and ctime alike)",
+          all(s.st_mtime_ns == mock_time(p) and s.st_ctime_ns == mock_time(p) and s.st_atime_ns == mock_time(p)
+              for p, s in zip(timed, everything)),
+          [(p, s.st_mtime_ns, mock_time(p)) for p, s in zip(timed, everything)])
     check("stat: st_blocks counts 512-byte blocks", os.stat(mount.path("big.bin")).st_blocks == (3 << 20) // 512)
     check("stat: the root is inode 1", os.stat(mount.path()).st_ino == 1)
     paths = list(FILES) + DIRECTORIES + ["link", "options"]
