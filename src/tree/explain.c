@@ -132,10 +132,14 @@ static int explain_view(zm_tree *t, const target *tg, json_t *out, zm_err *err)
     char digest[17];
     zm_cellset_digest(selection->positions, selection->k, selection->n, digest);
     if (spec->kind == ZM_VIEW_FILE) {
-        json_object_set_new(out, "k", json_integer((json_int_t)n));
+        /* Over a set: the set's cells (selection->k), in file order. */
+        json_object_set_new(out, "k", json_integer((json_int_t)selection->k));
         json_object_set_new(out, "digest", json_string(digest));
-        json_object_set_new(out, "rule", json_string("every cell, in file order: the source as "
-                                                     "it is, no selection"));
+        json_object_set_new(out, "rule",
+                            json_string(spec->set != NULL
+                                            ? "every cell of the set, in file order, no selection"
+                                            : "every cell, in file order: the source as it is, "
+                                              "no selection"));
         zm_view_selection_free(&chosen);
         return 0;
     }

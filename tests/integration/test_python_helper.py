@@ -186,7 +186,7 @@ def view_cases():
          {"method": "uniform", "k": 4, "where": {"key": "label", "values": where_values, "size": 35}}),
         (("blocks",), {"share": "0.5", "where": ("flag", True), "block_size": 2},
          "where/flag/true/blocks/B=2/seed0/share=0.5", {"kind": "link", "k": 7}),
-        (("file",), {"set": "picked"}, "sets/picked/file", {"method": "file", "setSize": 20}),
+        (("file",), {"set": "picked"}, "sets/picked/file", {"method": "file", "setSize": 20, "k": 20}),
         (("uniform", 1), {"k": 5, "set": "picked"}, "sets/picked/uniform/seed1/k=5",
          {"method": "uniform", "seed": 1, "k": 5}),
         (("stratified",), {"k": 6, "key": "label", "set": "picked"}, "sets/picked/stratified/label/seed0/k=6",
