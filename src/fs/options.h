@@ -30,7 +30,7 @@ typedef struct zm__fs_config {
     int foreground;         /* -f (and -d) */
     int debug;              /* -d: log every request */
     int allow_other;        /* -o allow_other */
-    int read_write_ignored; /* -o rw was given; the mount is read-only anyway */
+    int nonempty;           /* -o nonempty: the mount point may hold entries */
     int show_help;
     int show_version;
     struct stat source_stat;    /* after zm__fs_config_resolve */
