@@ -16,9 +16,9 @@
  * a bad command line or source; each failure says why on stderr. */
 int zm_fs_main(int argc, char **argv);
 
-/* What `zarrmount --version` and `zarrmount -V` print: "zarrmount VERSION"
- * (meson's project version, the Debian package's and the man page's), then
- * the subsampling spec's version and the FUSE library's, a line each. */
+/* What `zarrmount --version` and `zarrmount -V` print first: "zarrmount
+ * VERSION" (meson's project version, the Debian package's and the man
+ * page's), then the FUSE library's version, a line each. */
 void zm_fs_print_version(FILE *out);
 
 #endif

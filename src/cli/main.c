@@ -110,7 +110,9 @@ int main(int argc, char **argv)
                               layout_anndata);
     }
     if (argc == 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
+        /* The same lines as `zarrmount SOURCE MOUNTPOINT -V`, then the spec's. */
         zm_fs_print_version(stdout);
+        printf("subsampling spec version %d\n", 1); /* as before: ZM_SPEC_VERSION */
         return ZM_EXIT_OK;
     }
     if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {

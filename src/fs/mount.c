@@ -22,7 +22,6 @@
 #include "fs/log.h"
 #include "zarrmount/config.h"
 #include "zarrmount/fs.h"
-#include "zarrmount/select.h"
 
 #ifndef ZM_VERSION
 #define ZM_VERSION "unknown"
@@ -580,8 +579,7 @@ static const char *zm__program_name(int argc, char **argv)
 void zm_fs_print_version(FILE *out)
 {
     /* The first line is the package's version, the man page's and meson's. */
-    fprintf(out, "zarrmount %s\nsubsampling spec version %d\nFUSE library %s\n", ZM_VERSION,
-            ZM_SPEC_VERSION, fuse_pkgversion());
+    fprintf(out, "zarrmount %s\nFUSE library %s\n", ZM_VERSION, fuse_pkgversion());
 }
 
 int zm_fs_main(int argc, char **argv)
