@@ -76,6 +76,16 @@ static const struct fuse_opt zm__options[] = {
     FUSE_OPT_KEY("owner", ZM__KEY_FSTAB_ONLY),
     FUSE_OPT_KEY("group", ZM__KEY_FSTAB_ONLY),
     FUSE_OPT_KEY("comment=", ZM__KEY_FSTAB_ONLY),
+    /* Access-time flags libfuse does not know (it knows atime and noatime):
+     * a read-only mount never writes an access time. */
+    FUSE_OPT_KEY("relatime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("norelatime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("strictatime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("nostrictatime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("diratime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("nodiratime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("lazytime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("nolazytime", ZM__KEY_FSTAB_ONLY),
     /* Ours since libfuse 3 dropped it: mount over a directory that holds
      * entries (zm__check_mountpoint in mount.c). */
     FUSE_OPT_KEY("nonempty", ZM__KEY_NONEMPTY),
@@ -420,7 +430,8 @@ void zm__fs_print_help(FILE *out, const char *program)
             "                      otherwise, as is a mount point that is already mounted)\n"
             "  -o OPTION           other FUSE mount options (fsname=, subtype=, nosuid,\n"
             "                      nodev, noatime, ...) are passed to the mount; fstab-only\n"
-            "                      ones (defaults, noauto, nofail, _netdev, x-*) are dropped\n"
+            "                      ones (defaults, noauto, nofail, _netdev, x-*) and\n"
+            "                      relatime, nodiratime, ... are dropped\n"
             "  -h, --help          print this help and exit\n"
             "  -V, --version       print the version (and the FUSE library's) and exit\n"
             "\n"

@@ -252,7 +252,8 @@ def check_mount8():
     check("umount MNT: unmounted, the daemon ended", unmount(point))
 
     # Every option fstab and mount(8) pass, and ours.
-    options = ("ro,nosuid,nodev,noexec,noatime,nofail,_netdev,defaults,comment=zm-test,x-systemd.automount,"
+    options = ("ro,nosuid,nodev,noexec,noatime,relatime,lazytime,nofail,_netdev,defaults,comment=zm-test,"
+               "x-systemd.automount,"
                "x-systemd.idle-timeout=60,codec=zstd:3,chunk_size=256K,cache_dir=none")
     done = run("mount", "-t", "fuse.zarrmount", SOURCE, point, "-o", options)
     entries = mounts_at(point)
@@ -291,7 +292,7 @@ def check_fstab():
     point = new_point("mnt-fstab")
     with open(FSTAB, "rb") as f:
         original = f.read()
-    line = (f"{SOURCE} {point} fuse.zarrmount ro,nofail,_netdev,noatime,nosuid,nodev,defaults,users,"
+    line = (f"{SOURCE} {point} fuse.zarrmount ro,nofail,_netdev,noatime,nodiratime,nosuid,nodev,defaults,users,"
             f"comment=zm-test,x-systemd.automount,x-systemd.idle-timeout=60,codec=none,chunk_size=64K,"
             f"cache_dir=none 0 0\n")
     try:
