@@ -4,8 +4,8 @@
  * it serves are fuse.c's and fuse_dir.c's. */
 #include "fs/fuse_internal.h"
 
-#include <errno.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
@@ -160,7 +160,8 @@ static int zm__check_mountpoint(const zm__fs_config *config, zm_err *err)
     if (rc == 1)
         return zm_err_set(err, -EBUSY,
                           "mount point '%s' is already mounted (%s from %s): unmount it first "
-                          "(a second mount would stack on it)", point, type, source);
+                          "(a second mount would stack on it)",
+                          point, type, source);
     if (config->nonempty)
         return 0;
     DIR *directory = opendir(point);
@@ -175,7 +176,8 @@ static int zm__check_mountpoint(const zm__fs_config *config, zm_err *err)
     if (entries)
         return zm_err_set(err, -ENOTEMPTY,
                           "mount point '%s' is not empty: the mount would hide what it holds "
-                          "(-o nonempty mounts over it anyway)", point);
+                          "(-o nonempty mounts over it anyway)",
+                          point);
     return 0;
 }
 
