@@ -76,7 +76,9 @@ def run(*command, env=None, **kwargs):
 def package_state():
     """dpkg's status of zarrmount ("" if dpkg knows no such package)."""
     done = run("dpkg-query", "-W", "-f=${db:Status-Abbrev}", "zarrmount")
-    return done.stdout.strip() if done.returncode == 0 else ""
+    state = done.stdout.strip() if done.returncode == 0 else ""
+    # "un" and "pn": known to dpkg, not installed (nothing of it on the machine).
+    return "" if state.startswith(("un", "pn")) else state
 
 
 def dpkg(*args):
@@ -405,7 +407,7 @@ def main():
                 unmount(os.path.join(PARENT, point))
         done = dpkg("--purge", "zarrmount")
         check("dpkg --purge: removed, nothing of it left (program, man page, docs)",
-              done.returncode == 0 and (package_state() == "" or package_state().startswith("pn"))
+              done.returncode == 0 and package_state() == ""
               and not os.path.exists(INSTALLED) and not os.path.exists("/usr/share/doc/zarrmount")
               and not os.path.exists("/usr/share/man/man1/zarrmount.1.gz"), done.stdout + done.stderr)
     return report()
