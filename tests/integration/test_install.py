@@ -294,6 +294,7 @@ def check_fstab():
     point = new_point("mnt-fstab")
     with open(FSTAB, "rb") as f:
         original = f.read()
+    STATE["fstab"] = original
     line = (f"{SOURCE} {point} fuse.zarrmount ro,nofail,_netdev,noatime,nodiratime,nosuid,nodev,defaults,users,"
             f"comment=zm-test,x-systemd.automount,x-systemd.idle-timeout=60,codec=none,chunk_size=64K,"
             f"cache_dir=none 0 0\n")
@@ -317,6 +318,7 @@ def check_fstab():
             unmount(point)
         with open(FSTAB, "wb") as f:
             f.write(original)
+        STATE["fstab"] = None
     with open(FSTAB, "rb") as f:
         check("/etc/fstab restored byte for byte", f.read() == original)
 
@@ -378,6 +380,23 @@ def check_systemd():
         run("systemctl", "daemon-reload")
 
 
+STATE = {"fstab": None, "installed": False}  # what stopped() must undo
+
+
+def stopped(number, _frame):
+    if STATE["fstab"] is not None:
+        with open(FSTAB, "wb") as f:
+            f.write(STATE["fstab"])
+    for name in os.listdir(PARENT):
+        if mounts_at(os.path.join(PARENT, name)):
+            subprocess.run(["umount", "-l", os.path.join(PARENT, name)], capture_output=True)
+    if STATE["installed"]:
+        subprocess.Popen(["dpkg", "--purge", "zarrmount"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    print(f"# stopped by signal {number}: /etc/fstab restored, dpkg --purge zarrmount started", flush=True)
+    os._exit(1)
+
+
 def main():
     if os.geteuid() != 0:
         skip("the Debian package", "not root: dpkg -i, mount(8) and /etc/fstab need root")
@@ -387,13 +406,17 @@ def main():
         skip("the Debian package", f"a zarrmount package is on this machine already (dpkg: {before}): "
              "not replaced by the test")
         return report()
-    # meson test stops a test that runs out of time with SIGTERM: purge and restore then too.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    # meson test stops a test that runs out of time with SIGTERM to its process group, and
+    # SIGKILL half a second later: /etc/fstab is restored at once, and the purge runs in a
+    # session of its own, which outlives the group.
+    signal.signal(signal.SIGTERM, stopped)
+    signal.signal(signal.SIGINT, stopped)
     deb = build_package()
     if deb is None:
         return report()
     check_contents(deb)
     try:
+        STATE["installed"] = True
         done = dpkg("-i", deb)
         if check("dpkg -i: installed", done.returncode == 0 and package_state().startswith("ii")
                  and os.access(INSTALLED, os.X_OK), done.stdout + done.stderr):
