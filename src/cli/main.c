@@ -15,7 +15,7 @@ static const char usage[] =
     "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size SIZE] [--layout anndata]\n"
     "       zarrmount explain SOURCE PATH [--json] | zarrmount explain MNT/PATH [--json]\n"
     "       zarrmount stats MOUNTPOINT [--json] [--watch]\n"
-    "       zarrmount --version | --help\n"
+    "       zarrmount --version | -V | --help\n"
     "\n"
     "Commands:\n"
     "  select    run the selection kernel on one JSON request read from stdin and\n"
@@ -109,8 +109,10 @@ int main(int argc, char **argv)
         return zm_export_main(positional[0], positional[1], positional[2], codec, 0, chunk,
                               layout_anndata);
     }
-    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
-        printf("zarrmount %s (subsampling spec version %d)\n", ZM_VERSION, 1);
+    if (argc == 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
+        /* The same lines as `zarrmount SOURCE MOUNTPOINT -V`, then the spec's. */
+        zm_fs_print_version(stdout);
+        printf("subsampling spec version %d\n", 1); /* as before: ZM_SPEC_VERSION */
         return ZM_EXIT_OK;
     }
     if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {

@@ -4,6 +4,7 @@
  * it serves are fuse.c's and fuse_dir.c's. */
 #include "fs/fuse_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -82,6 +83,103 @@ static void zm__choose_modes(zm__fs *fs)
     fs->file_mode = read_bits;
     fs->directory_mode = read_bits | (read_bits >> 2);
     zm__warn_hidden_source(fs->config.source, fs->config.source_stat.st_mode);
+}
+
+/* ---- The mount point ------------------------------------------------------------ */
+
+/* Undoes mountinfo's octal escapes (\040 for a space, \011, \012, \134) in place. */
+static void zm__unescape_mountinfo(char *field)
+{
+    char *out = field;
+    for (const char *in = field; *in; out++) {
+        if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' && in[2] <= '7' &&
+            in[3] >= '0' && in[3] <= '7') {
+            *out = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
+            in += 4;
+        } else {
+            *out = *in++;
+        }
+    }
+    *out = '\0';
+}
+
+/* Whether path (absolute, resolved) is a mount point in /proc/self/mountinfo:
+ * 1 with the mounted filesystem's type and source copied out, 0 if not, -errno
+ * if mountinfo cannot be read. The last entry for the point is the one seen. */
+static int zm__find_mount(const char *path, char *type, size_t type_size, char *source,
+                          size_t source_size)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (f == NULL)
+        return -errno;
+    char *line = NULL;
+    size_t capacity = 0;
+    int found = 0;
+    while (getline(&line, &capacity, f) > 0) {
+        /* ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER */
+        char *save = NULL;
+        char *field = strtok_r(line, " \n", &save);
+        for (int i = 1; field != NULL && i < 5; i++)
+            field = strtok_r(NULL, " \n", &save);
+        if (field == NULL)
+            continue;
+        zm__unescape_mountinfo(field);
+        if (strcmp(field, path) != 0)
+            continue;
+        while ((field = strtok_r(NULL, " \n", &save)) != NULL && strcmp(field, "-") != 0)
+            ;
+        char *fs_type = field ? strtok_r(NULL, " \n", &save) : NULL;
+        char *fs_source = fs_type ? strtok_r(NULL, " \n", &save) : NULL;
+        if (fs_source)
+            zm__unescape_mountinfo(fs_source);
+        snprintf(type, type_size, "%s", fs_type ? fs_type : "?");
+        snprintf(source, source_size, "%s", fs_source ? fs_source : "?");
+        found = 1;
+    }
+    free(line);
+    fclose(f);
+    return found;
+}
+
+/* Refuses, before anything is mounted, a mount point that is itself mounted
+ * (libfuse 3 would stack a second mount over it and succeed) or, without -o
+ * nonempty, a directory that holds entries (which the mount would hide). An
+ * automount point (autofs) is what it is for: allowed. */
+static int zm__check_mountpoint(const zm__fs_config *config, zm_err *err)
+{
+    const char *point = config->mountpoint;
+    char type[64], source[256];
+    int rc = zm__find_mount(point, type, sizeof type, source, sizeof source);
+    /* Without /proc (a bare chroot) nothing says; libfuse mounts without it. */
+    if (rc < 0)
+        zm_log(LOG_WARNING, "mount point '%s': cannot read /proc/self/mountinfo (%s): not checked "
+                "for a mount already there", point, strerror(-rc));
+    /* systemd's automount (x-systemd.automount) mounts over its own autofs
+     * trap, which is empty; listing it would trigger the mount being made. */
+    if (rc == 1 && strcmp(type, "autofs") == 0)
+        return 0;
+    if (rc == 1)
+        return zm_err_set(err, -EBUSY,
+                          "mount point '%s' is already mounted (%s from %s): unmount it first "
+                          "(a second mount would stack on it)",
+                          point, type, source);
+    if (config->nonempty)
+        return 0;
+    DIR *directory = opendir(point);
+    if (directory == NULL)
+        return zm_err_set(err, -errno, "mount point '%s': %s", point, strerror(errno));
+    const struct dirent *entry;
+    int entries = 0;
+    errno = 0;
+    while (!entries && (entry = readdir(directory)) != NULL)
+        entries = strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0;
+    closedir(directory);
+    if (entries)
+        return zm_err_set(err, -ENOTEMPTY,
+                          "mount point '%s' is not empty: the mount would hide what it holds "
+                          "(-o nonempty mounts over it anyway)",
+                          point);
+    return 0;
 }
 
 /* The tree's progress lines (long work, every few seconds) go to the log. */
@@ -481,6 +579,12 @@ static const char *zm__program_name(int argc, char **argv)
     return slash ? slash + 1 : argv[0];
 }
 
+void zm_fs_print_version(FILE *out)
+{
+    /* The first line is the package's version, the man page's and meson's. */
+    fprintf(out, "zarrmount %s\nFUSE library %s\n", ZM_VERSION, fuse_pkgversion());
+}
+
 int zm_fs_main(int argc, char **argv)
 {
     /* The library's lines, and ours, go where the daemon's log is. */
@@ -516,14 +620,13 @@ int zm_fs_main(int argc, char **argv)
         if (fs.config.show_help)
             zm__fs_print_help(stdout, zm__program_name(argc, argv));
         else
-            printf("zarrmount %s (FUSE library %s)\n", ZM_VERSION, fuse_pkgversion());
+            zm_fs_print_version(stdout);
         zm__fs_config_free(&fs.config);
         return ZM__EXIT_OK;
     }
-    if (fs.config.read_write_ignored)
-        zm_log(LOG_WARNING, "option rw ignored: zarrmount mounts read-only");
     /* Paths become absolute before the daemon changes directory to "/". */
     if ((rc = zm__fs_config_resolve(&fs.config, &err)) != 0 ||
+        (rc = zm__check_mountpoint(&fs.config, &err)) != 0 ||
         (rc = zm__fs_config_finish_fuse_args(&fs.config, &err)) != 0) {
         zm_log(LOG_ERR, "%s", err.reason);
         zm__fs_config_free(&fs.config);

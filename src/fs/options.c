@@ -34,6 +34,7 @@ enum {
     ZM__KEY_READ_ONLY,
     ZM__KEY_READ_WRITE,
     ZM__KEY_FSTAB_ONLY,
+    ZM__KEY_NONEMPTY,
     ZM__KEY_HELP,
     ZM__KEY_VERSION,
 };
@@ -75,6 +76,19 @@ static const struct fuse_opt zm__options[] = {
     FUSE_OPT_KEY("owner", ZM__KEY_FSTAB_ONLY),
     FUSE_OPT_KEY("group", ZM__KEY_FSTAB_ONLY),
     FUSE_OPT_KEY("comment=", ZM__KEY_FSTAB_ONLY),
+    /* Access-time flags libfuse does not know (it knows atime and noatime):
+     * a read-only mount never writes an access time. */
+    FUSE_OPT_KEY("relatime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("norelatime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("strictatime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("nostrictatime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("diratime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("nodiratime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("lazytime", ZM__KEY_FSTAB_ONLY),
+    FUSE_OPT_KEY("nolazytime", ZM__KEY_FSTAB_ONLY),
+    /* Ours since libfuse 3 dropped it: mount over a directory that holds
+     * entries (zm__check_mountpoint in mount.c). */
+    FUSE_OPT_KEY("nonempty", ZM__KEY_NONEMPTY),
     FUSE_OPT_KEY("-h", ZM__KEY_HELP),
     FUSE_OPT_KEY("--help", ZM__KEY_HELP),
     FUSE_OPT_KEY("-V", ZM__KEY_VERSION),
@@ -123,7 +137,12 @@ static int zm__option(void *data, const char *arg, int key, struct fuse_args *ou
     case ZM__KEY_FSTAB_ONLY:
         return 0; /* ro is added back, last, whatever was given */
     case ZM__KEY_READ_WRITE:
-        config->read_write_ignored = 1;
+        /* mount(8) passes rw unless told ro: say so rather than pretend. */
+        zm_err_set(parse->err, -EINVAL,
+                   "option rw: zarrmount is a read-only filesystem (give -o ro; in fstab: ro)");
+        return -1;
+    case ZM__KEY_NONEMPTY:
+        config->nonempty = 1;
         return 0;
     case ZM__KEY_HELP:
         config->show_help = 1;
@@ -405,12 +424,16 @@ void zm__fs_print_help(FILE *out, const char *program)
             "                      owner and permission bits minus write, enforced by the\n"
             "                      kernel (default_permissions is added); needs\n"
             "                      user_allow_other in /etc/fuse.conf unless run as root\n"
-            "  -o ro               read-only: always, given or not (rw is ignored)\n"
+            "  -o ro               read-only: always, given or not; rw is refused (mount(8)\n"
+            "                      passes rw unless given -o ro, as fstab lines must say)\n"
+            "  -o nonempty         mount over a directory that holds entries (refused\n"
+            "                      otherwise, as is a mount point that is already mounted)\n"
             "  -o OPTION           other FUSE mount options (fsname=, subtype=, nosuid,\n"
             "                      nodev, noatime, ...) are passed to the mount; fstab-only\n"
-            "                      ones (defaults, noauto, nofail, _netdev, x-*) are dropped\n"
+            "                      ones (defaults, noauto, nofail, _netdev, x-*) and\n"
+            "                      relatime, nodiratime, ... are dropped\n"
             "  -h, --help          print this help and exit\n"
-            "  -V, --version       print the version and exit\n"
+            "  -V, --version       print the version (and the FUSE library's) and exit\n"
             "\n"
             "SIZE is bytes, or a number with K, M, G or T (powers of 1024): 256M, 1G.\n"
             "\n"

@@ -18,19 +18,19 @@
 #include "zarrmount/error.h"
 
 typedef struct zm__fs_config {
-    char *source;           /* as given; absolute after zm__fs_config_resolve */
-    char *mountpoint;       /* likewise */
+    char *source;     /* as given; absolute after zm__fs_config_resolve */
+    char *mountpoint; /* likewise */
     /* What the tree is served with (codec and cache_dir malloc'd here), as
      * given: an option not given is "the default" (zarrmount/config.h),
      * which zm_config_resolve (the tree, the push window) turns into its
      * value, so that the FUSE layer writes no default of its own. */
     zm_config options;
-    int passthrough;        /* -o passthrough=on: files the disk cache holds are read by
-                             * the kernel straight from it */
-    int foreground;         /* -f (and -d) */
-    int debug;              /* -d: log every request */
-    int allow_other;        /* -o allow_other */
-    int read_write_ignored; /* -o rw was given; the mount is read-only anyway */
+    int passthrough; /* -o passthrough=on: files the disk cache holds are read by
+                      * the kernel straight from it */
+    int foreground;  /* -f (and -d) */
+    int debug;       /* -d: log every request */
+    int allow_other; /* -o allow_other */
+    int nonempty;    /* -o nonempty: the mount point may hold entries */
     int show_help;
     int show_version;
     struct stat source_stat;    /* after zm__fs_config_resolve */

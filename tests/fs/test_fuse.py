@@ -709,6 +709,8 @@ def test_refusals():
         ("a mount point that is a file", [], SOURCE, not_a_directory, True, "not a directory"),
         ("a mount point that does not exist", [], SOURCE, os.path.join(WORK, "nowhere"), True, "No such file"),
         ("an extra argument", ["extra-argument"], SOURCE, None, True, "unexpected argument"),
+        # mount(8) passes rw unless told ro: a read-only file system says so.
+        ("-o rw", ["-o", "rw,noatime"], SOURCE, None, True, "option rw: zarrmount is a read-only filesystem"),
     ]
     for name, args, source, mountpoint, foreground, words in cases:
         if name == "-o without a value":
@@ -742,12 +744,38 @@ def test_options():
               "cache_bytes=0\n" in options and "chunk_bytes=0\n" in options
               and "codec=(default)\n" in options and "threads=0\n" in options, options)
         mount.stop()
-    mount = Mount("-o", "rw,noatime")
-    if check("mounts with -o rw", mount.mounted, mount.log()):
+    mount = Mount("-o", "ro,noatime,nosuid,nodev,noexec")
+    if check("mounts with -o ro,noatime,nosuid,nodev,noexec", mount.mounted, mount.log()):
         _, _, options = mount_entry(mount.mountpoint)
-        check("-o rw: ignored with a warning, still read-only, noatime passed on",
-              "ro" in options and "noatime" in options and "rw ignored" in mount.log(), f"{options} {mount.log()}")
+        check("-o ro,noatime,...: read-only, the mount flags passed on",
+              all(o in options for o in ("ro", "noatime", "nosuid", "nodev", "noexec")), f"{options} {mount.log()}")
+        # A second mount over the first would stack (libfuse 3 allows it): refused.
+        done = subprocess.run([BINARY, "-f", SOURCE, mount.mountpoint], capture_output=True, text=True,
+                              timeout=WAIT_SECONDS, env=ENV)
+        status, stderr = done.returncode, done.stderr
+        entries = sum(1 for line in open("/proc/self/mountinfo") if line.split()[4] == mount.mountpoint)
+        check("a mount over a mounted point: refused, exit 2, one line, still one mount",
+              status == 2 and stderr.count("\n") == 1 and "already mounted" in stderr and entries == 1
+              and mount.is_mounted(), f"exit {status}, {entries} mounts, stderr {stderr!r}")
         mount.stop()
+    # A directory that holds entries: refused (the mount would hide them), unless -o nonempty.
+    busy = tempfile.mkdtemp(dir=WORK, prefix="nonempty-")
+    with open(os.path.join(busy, "kept.txt"), "w") as f:
+        f.write("still here\n")
+    status, stderr, mounted = refused([], SOURCE, busy)
+    check("a mount point that holds a file: refused, exit 2, one line, nothing mounted",
+          status == 2 and stderr.count("\n") == 1 and "is not empty" in stderr and "-o nonempty" in stderr
+          and not mounted, f"exit {status}, mounted {mounted}, stderr {stderr!r}")
+    process = subprocess.run([BINARY, SOURCE, busy, "-o", "nonempty"], capture_output=True, text=True,
+                             timeout=WAIT_SECONDS, env=ENV)
+    mounted = mount_entry(busy) is not None
+    if mounted:
+        hidden = not os.path.exists(os.path.join(busy, "kept.txt"))
+        subprocess.run(["fusermount3", "-u", busy], capture_output=True, timeout=WAIT_SECONDS)
+        wait_until(lambda: not daemon_pids(busy))
+    check("-o nonempty: mounts over a directory that holds a file (hidden while mounted, there after)",
+          process.returncode == 0 and mounted and hidden and not daemon_pids(busy)
+          and os.path.exists(os.path.join(busy, "kept.txt")), f"exit {process.returncode} {process.stderr!r}")
     mount = Mount("-d", foreground=False)
     check("-d implies -f: the process stays in the foreground",
           mount.mounted and mount.process.poll() is None and "serving" in mount.log())
@@ -762,6 +790,9 @@ def test_options():
     done = subprocess.run([BINARY, "--version"], capture_output=True, text=True, timeout=WAIT_SECONDS)
     check("--version", done.returncode == 0 and done.stdout.startswith("zarrmount ") and "FUSE library 3." in done.stdout,
           done.stdout)
+    short = subprocess.run([BINARY, "-V"], capture_output=True, text=True, timeout=WAIT_SECONDS)
+    check("-V prints what --version prints", short.returncode == 0 and short.stdout == done.stdout,
+          f"{short.stdout!r} {done.stdout!r}")
 
 
 def as_nobody(*command):
