@@ -192,8 +192,12 @@ def check_contents(deb):
     wanted = {INSTALLED, "/usr/share/man/man1/zarrmount.1.gz", "/usr/share/doc/zarrmount/copyright",
               "/usr/share/doc/zarrmount/README.md", "/usr/share/doc/zarrmount/docs/mount.md",
               "/usr/share/doc/zarrmount/examples/mnt-atlas.mount",
-              "/usr/share/doc/zarrmount/examples/mnt-atlas.automount"}
-    check("the .deb holds the program, the man page (gzip), the docs, the copyright and the example units, all root's",
+              "/usr/share/doc/zarrmount/examples/mnt-atlas.automount",
+              "/usr/share/doc/zarrmount/examples/zarrmount.conf",
+              "/usr/share/doc/zarrmount/docs/web.md", "/usr/share/doc/zarrmount/docs/cluster.md",
+              "/usr/lib/python3/dist-packages/zarrmount.py"}
+    check("the .deb holds the program, the man page (gzip), the docs, the copyright, the example units and "
+          "nginx block, the Python helper, all root's",
           wanted <= files and owners == {"root/root"}, f"missing {sorted(wanted - files)}; owners {owners}")
     # `meson install` installs the same set (the .deb adds the copyright; the man page gzipped).
     staging = tempfile.mkdtemp(prefix="zm-install-", dir=PARENT)
@@ -230,6 +234,21 @@ def check_versions(deb):
     done = run("man", "-w", "zarrmount")
     check("man -w zarrmount: the installed page", done.returncode == 0
           and done.stdout.strip() == "/usr/share/man/man1/zarrmount.1.gz", done.stdout + done.stderr)
+
+
+def check_python_helper():
+    """The installed helper is Debian's python3's module `zarrmount`, and it mounts with the
+    installed program (PATH), away from the source tree."""
+    code = ("import sys, zarrmount, zarrmount as z; print(z.__file__)\n"
+            "with z.mount(sys.argv[1], mountpoint=sys.argv[2]) as m:\n"
+            "    print(sorted(p.name for p in m.path.iterdir()))\n")
+    point = new_point("python")
+    done = run("/usr/bin/python3", "-c", code, os.path.abspath(SOURCE), point, cwd="/",
+               env=dict(SYSTEM_ENV, PATH="/usr/bin:/bin"))
+    lines = done.stdout.splitlines()
+    check("the installed Python helper: /usr/bin/python3 imports zarrmount from dist-packages and mounts "
+          "with /usr/bin/zarrmount", done.returncode == 0 and lines[:1] == ["/usr/lib/python3/dist-packages/zarrmount.py"]
+          and len(lines) > 1 and "'full'" in lines[1] and not mounts_at(point), done.stdout + done.stderr)
 
 
 # ---- mount(8), fstab, systemd -----------------------------------------------------------
@@ -421,6 +440,7 @@ def main():
         if check("dpkg -i: installed", done.returncode == 0 and package_state().startswith("ii")
                  and os.access(INSTALLED, os.X_OK), done.stdout + done.stderr):
             check_versions(deb)
+            check_python_helper()
             check_mount8()
             check_fstab()
             check_systemd()
