@@ -158,8 +158,10 @@ static void disk_key_of(const zm_tree *t, const char *file_key, char *out, size_
 {
     char codec[64];
     zm_codec_format(&t->codec, codec, sizeof codec);
-    snprintf(out, size, "%s|codec=%s|blocksize=%d|chunk=%" PRIu64, file_key, codec, t->codec.blocksize,
-             t->chunk_bytes);
+    /* index_dtype changes bytes (sparse indices and indptr as int32): said
+     * only when given, so that the default's keys stay as they were. */
+    snprintf(out, size, "%s|codec=%s|blocksize=%d|chunk=%" PRIu64 "%s", file_key, codec,
+             t->codec.blocksize, t->chunk_bytes, t->index_int32 ? "|index=int32" : "");
 }
 
 static int make_chunk(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err);
@@ -394,7 +396,7 @@ int zm__known_size(zm_tree *t, const place *w, uint64_t *size)
     uint64_t values = 1;
     for (unsigned d = 0; d < w->node->meta.rank; d++)
         values *= w->node->meta.chunks[d];
-    *size = values * w->node->value_size;
+    *size = values * (w->node->index_int32 ? 4 : w->node->value_size);
     return 1;
 }
 

@@ -617,6 +617,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
     if (t->source_text != NULL)
         zm_text_utf8_copy(t->source_text, source_length + 1, options->source);
     t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : ZM_DEFAULT_CHUNK_BYTES;
+    t->index_int32 = options->index_int32;
     uint64_t memory = options->cache_bytes ? options->cache_bytes : ZM_DEFAULT_CACHE_BYTES;
     t->cache_bytes = memory / 2 ? memory / 2 : 1;
     t->synth = zm_synth_create(memory / 4);
@@ -638,6 +639,8 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
         rc = zm_source_open(options->source, &so, &t->source, err);
     if (rc == 0)
         rc = zm_source_default_block_size(t->source, &t->b0, err);
+    if (rc == 0 && t->index_int32)
+        rc = zm_view_index_int32_check(t->source, err); /* refused now, not view by view */
     if (rc == 0)
         rc = zm__open_disk(t, options, err);
     if (rc == 0)

@@ -2,6 +2,7 @@
  * Zarr metadata and where its chunks come from), built from the source's
  * elements, with the root's record of the view and Cellucid's priority. */
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -208,10 +209,54 @@ static int add_element(struct builder *b, zm_store_node *parent, const zm_elemen
     return rc;
 }
 
+/* -o index_dtype=int32: whether a sparse matrix's indices and indptr fit
+ * int32 in every view. Its indices lie below its minor axis's length and a
+ * view's indptr at most the entries stored, so the source's element bounds
+ * every view's (a view that would fit is refused too: one rule, said at
+ * mount). */
+static int index_int32_fits(const zm_element *e, const char *prefix, zm_err *err)
+{
+    int csr = e->sparse_format == ZM_SPARSE_CSR;
+    uint64_t minor = csr ? e->shape[1] : e->shape[0];
+    uint64_t stored = zm_array_describe(e->indices)->shape[0];
+    if (minor > (uint64_t)INT32_MAX + 1)
+        return zm_err_set(err, -EOVERFLOW, "%s%s: index_dtype=int32: its %" PRIu64 " %s do not fit "
+                          "int32 indices", prefix, e->path, minor, csr ? "columns" : "rows");
+    if (stored > (uint64_t)INT32_MAX)
+        return zm_err_set(err, -EOVERFLOW, "%s%s: index_dtype=int32: its %" PRIu64 " entries do "
+                          "not fit an int32 indptr", prefix, e->path, stored);
+    return 0;
+}
+
+static int index_int32_walk(const zm_element *e, const char *prefix, zm_err *err)
+{
+    if (e->kind == ZM_ELEMENT_SPARSE)
+        return index_int32_fits(e, prefix, err);
+    for (size_t i = 0; i < e->child_count; i++) {
+        int rc = index_int32_walk(e->children[i], prefix, err);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int zm_view_index_int32_check(zm_source *source, zm_err *err)
+{
+    int rc = index_int32_walk(zm_source_root(source), "", err);
+    for (size_t i = 0; rc == 0 && i < zm_source_modality_count(source); i++) {
+        char prefix[ZM_ELEMENT_NAME_MAX + 8];
+        snprintf(prefix, sizeof prefix, "mod/%s/", zm_source_modality_name(source, i));
+        rc = index_int32_walk(zm_source_root(zm_source_modality(source, i)), prefix, err);
+    }
+    return rc;
+}
+
 static int sparse_node(struct builder *b, const zm_element *e, const char *name, zm_store_node **out)
 {
     zm_view_sparse *s = NULL;
-    int rc = zm__sparse_layout(b->view, e, &s, b->err);
+    int rc = b->view->spec.index_int32 ? index_int32_fits(e, "", b->err) : 0;
+    if (rc == 0)
+        rc = zm__sparse_layout(b->view, e, &s, b->err);
     if (rc != 0)
         return rc;
     zm_store_node *group = node_new(name, 0);
@@ -241,6 +286,11 @@ static int sparse_node(struct builder *b, const zm_element *e, const char *name,
         node->sparse = s;
         node->producer = part == ZM_PART_INDPTR ? ZM_PRODUCE_INDPTR : ZM_PRODUCE_ENTRIES;
         set_dtype(node, zm_array_describe(arrays[part])->dtype);
+        if (part != ZM_PART_DATA && b->view->spec.index_int32) {
+            /* Made at the source's width, served narrowed (synth). */
+            node->index_int32 = 1;
+            snprintf(node->meta.dtype, sizeof node->meta.dtype, "<i4");
+        }
         node->meta.rank = 1;
         node->meta.shape[0] = part == ZM_PART_INDPTR ? s->majors + 1 : nnz;
         set_chunks(node, b->view->chunk_bytes / node->value_size);
