@@ -25,9 +25,10 @@ import pandas as pd  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 import zarr  # noqa: E402
 import xarray  # noqa: E402
-import anndata  # noqa: E402
 
+import h5ad_writer  # noqa: E402
 from live_mount import Mount, check, report  # noqa: E402
+from readers import ANNDATA_MISSING, anndata, have_anndata  # noqa: E402
 
 ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
 FULL_CSR = os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad")
@@ -42,7 +43,8 @@ TABLES = ("dataframe", "categorical", "nullable-integer", "nullable-boolean",
 
 
 def write_dense_source(path):
-    """A small AnnData with every dense place and the table kinds."""
+    """A small AnnData with every dense place and the table kinds (h5ad_writer: anndata 0.8's
+    layout on every release)."""
     rng = np.random.default_rng(24)
     n, m = 30, 12
     obs = pd.DataFrame({
@@ -55,30 +57,25 @@ def write_dense_source(path):
     var = pd.DataFrame({"symbol": [f"g{j}" for j in range(m)],
                         "kind": pd.Categorical(rng.choice(["x", "y"], m))},
                        index=[f"gene{j}" for j in range(m)])
-    adata = anndata.AnnData(X=rng.random((n, m)).astype(np.float32), obs=obs, var=var)
-    adata.layers["scaled"] = rng.random((n, m))
-    adata.obsm["X_pca"] = rng.random((n, 5))
-    adata.obsm["X_umap"] = rng.random((n, 2))
-    adata.obsm["frame"] = pd.DataFrame({"u": rng.random(n),
-                                        "batch": pd.Categorical(rng.choice(["p", "q"], n))},
-                                       index=obs.index)
-    adata.varm["PCs"] = rng.random((m, 5))
-    adata.obsp["distances"] = rng.random((n, n))
-    adata.obsp["sparse_graph"] = sp.random(n, n, density=0.1, format="csr", random_state=1)
-    adata.varp["correlation"] = rng.random((m, m))
-    adata.uns["matrix"] = rng.random((3, 4))
-    adata.uns["name"] = "dense"
-    adata.uns["k"] = 7
-    adata.uns["table"] = pd.DataFrame({"x": [1, 2, 3], "c": pd.Categorical(["u", "v", "u"])},
-                                      index=["r0", "r1", "r2"])
-    adata.uns["nested"] = {"deeper": {"weights": np.arange(4.0)}}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        adata.write_h5ad(path)
+    frame = pd.DataFrame({"u": rng.random(n), "batch": pd.Categorical(rng.choice(["p", "q"], n))},
+                         index=obs.index)
+    table = pd.DataFrame({"x": [1, 2, 3], "c": pd.Categorical(["u", "v", "u"])},
+                         index=["r0", "r1", "r2"])
+    h5ad_writer.write_h5ad(
+        path, X=rng.random((n, m)).astype(np.float32), obs=obs, var=var,
+        layers={"scaled": rng.random((n, m))},
+        obsm={"X_pca": rng.random((n, 5)), "X_umap": rng.random((n, 2)), "frame": frame},
+        varm={"PCs": rng.random((m, 5))},
+        obsp={"distances": rng.random((n, n)),
+              "sparse_graph": sp.random(n, n, density=0.1, format="csr", random_state=1)},
+        varp={"correlation": rng.random((m, m))},
+        uns={"matrix": rng.random((3, 4)), "name": "dense", "k": 7, "table": table,
+             "nested": {"deeper": {"weights": np.arange(4.0)}}})
 
 
 def encoding_of(group):
-    return group.attrs.asdict().get("encoding-type")
+    attrs = group.attrs.asdict() if hasattr(group.attrs, "asdict") else dict(group.attrs)
+    return attrs.get("encoding-type")
 
 
 def expected_dims(root):
@@ -188,6 +185,9 @@ def check_view(point, view, label):
 
 def check_anndata(point, view, source, label, rows):
     """anndata reads the view with the source's columns and keys: no stray attribute."""
+    if not have_anndata():
+        check(f"{label}: anndata.read_zarr reads the source's columns # SKIP {ANNDATA_MISSING}", True)
+        return
     top = os.path.join(point, view)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
