@@ -7,12 +7,14 @@ the views as before (no stray attribute anywhere).
 
 Sources: a small .h5ad written here with anndata (dense X and layers, dense obsp and varp, an
 obsm dataframe, nullable and categorical columns, a uns dataframe), the fixtures full-csr.h5ad
-(sparse X, layers, obsp, varp, raw) and mudata/two-modalities.h5mu (mod/NAME/..., obsmap).
+(sparse X, layers, obsp, varp, raw) and mudata/two-modalities.h5mu (mod/NAME/..., obsmap), and a
+Zarr store whose arrays carry _ARRAY_DIMENSIONS of their own (the rule's replace them).
 The expected dimensions are computed here from the rule as docs/mount.md states it.
 """
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import traceback
@@ -27,7 +29,7 @@ import zarr  # noqa: E402
 import xarray  # noqa: E402
 
 import h5ad_writer  # noqa: E402
-from live_mount import Mount, check, report  # noqa: E402
+from live_mount import BINARY, Mount, check, report  # noqa: E402
 from readers import ANNDATA_MISSING, anndata, have_anndata  # noqa: E402
 
 ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
@@ -209,11 +211,34 @@ def check_anndata(point, view, source, label, rows):
           same and not stray, detail)
 
 
+def write_zarr_source(dense, path):
+    """A Zarr store (dense.h5ad's full/ exported) whose arrays carry _ARRAY_DIMENSIONS of their
+    own, as a store xarray wrote would: X ["a", "b"], obs/_index ["rows"] (no .zmetadata, so
+    that the source reads these)."""
+    done = subprocess.run([BINARY, "export", dense, "full", path, "--codec", "none"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    for part, dims in (("X", ["a", "b"]), ("obs/_index", ["rows"]), ("obsm/X_pca", ["p", "q"])):
+        with open(os.path.join(path, part, ".zattrs")) as f:
+            attrs = json.load(f)
+        attrs["_ARRAY_DIMENSIONS"] = dims
+        with open(os.path.join(path, part, ".zattrs"), "w") as f:
+            json.dump(attrs, f)
+    os.remove(os.path.join(path, ".zmetadata"))
+
+
 def main():
     work = tempfile.mkdtemp(prefix="zm-xarray-")
     try:
         dense = os.path.join(work, "dense.h5ad")
         write_dense_source(dense)
+        store = os.path.join(work, "own-dims.zarr")
+        write_zarr_source(dense, store)
+        with Mount(store, "codec=none", debug=False) as mount:
+            want = check_view(mount.point, "uniform/seed0/k=12", "own-dims.zarr uniform/seed0/k=12")
+            check("own-dims.zarr: the source's own _ARRAY_DIMENSIONS are replaced by the rule's",
+                  want.get("X") == ["obs", "var"] and want.get("obs/_index") == ["obs"] and
+                  want.get("obsm/X_pca") == ["obs", "X_pca_dim_1"], str(want.get("X")))
         for source, views, label in ((dense, ("full", "uniform/seed0/k=12"), "dense.h5ad"),
                                      (FULL_CSR, ("full", "uniform/seed0/k=20"), "full-csr.h5ad"),
                                      (MUDATA, ("full", "uniform/seed0/k=25"), "two-modalities.h5mu")):
