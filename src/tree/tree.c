@@ -672,6 +672,9 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
             "element", t->b0.element, "options", "codec", codec, "chunkBytes",
             (json_int_t)t->chunk_bytes, "cacheBytes",
             (json_int_t)memory);
+        /* -o index_dtype=int32, when given (it changes bytes). */
+        if (info != NULL && t->index_int32)
+            json_object_set_new(json_object_get(info, "options"), "indexDtype", json_string("int32"));
         /* The sets directory, which explain of a path of the mount reads. */
         if (info != NULL && t->sets_dir != NULL) {
             char shown[4096];

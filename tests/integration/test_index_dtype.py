@@ -164,6 +164,13 @@ def main():
         for source, label in sources:
             with Mount(source, "codec=none", debug=False) as default, \
                     Mount(source, "codec=none", "index_dtype=int32", debug=False) as narrow:
+                options = []
+                for point in (default.point, narrow.point):
+                    with open(os.path.join(point, ".zarrmount/info.json")) as f:
+                        options.append(json.load(f)["options"])
+                check(f"{label}: info.json's options say indexDtype int32 only under the option",
+                      "indexDtype" not in options[0] and options[1].get("indexDtype") == "int32",
+                      str(options))
                 for view in VIEWS:
                     d, n = os.path.join(default.point, view), os.path.join(narrow.point, view)
                     groups = compare_view(d, n, f"{label} {view}")
