@@ -65,11 +65,11 @@ int zm_stats_main(int argc, char **argv, FILE *out);
 /* `zarrmount export SOURCE VIEW DIRECTORY`: writes one view ("full",
  * "uniform/seed0/k=1000", ...) as a Zarr directory store, the same bytes a
  * mount serves, without FUSE. codec NULL: the default; layout_anndata: the
- * mount's -o layout=anndata. Returns the exit
+ * mount's -o layout=anndata; index_int32: its -o index_dtype=int32. Returns the exit
  * status (0, 1 on failure, 2 for a bad source or view), saying why on
  * stderr. */
 int zm_export_main(const char *source, const char *view, const char *directory, const char *codec,
-                 unsigned threads, uint64_t chunk_bytes, int layout_anndata);
+                 unsigned threads, uint64_t chunk_bytes, int layout_anndata, int index_int32);
 
 /* `zarrmount explain SOURCE PATH [--json]` or `zarrmount explain MNT/PATH
  * [--json]` (argv after "explain"): what a path is, or why it does not

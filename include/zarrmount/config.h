@@ -40,6 +40,7 @@ typedef struct zm_config {
     int layout_anndata;        /* -o layout=anndata: a 10x file with several feature types
                                 * or genomes as one AnnData (0: the default, MuData) */
     uint64_t cache_max;        /* the disk cache's bound; 0: the default */
+    int index_int32;           /* -o index_dtype=int32: sparse indices and indptr as <i4 */
     /* Threads that read, decode and encode chunks: the source's decode pool
      * (the reading thread and threads - 1 workers) and the threads that
      * encode a walked array's other chunks ahead (this many). 0: one per

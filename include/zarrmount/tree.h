@@ -36,6 +36,7 @@ typedef struct zm_tree_options {
     uint64_t cache_max;          /* the disk cache's bound; 0: 4 GiB */
     const char *sets_dir;        /* -o sets=DIR (absolute): the sets sets/ serves; NULL: none */
     int layout_anndata;          /* -o layout=anndata (zm_source_options.layout_anndata) */
+    int index_int32;             /* -o index_dtype=int32 (zm_view_spec.index_int32) */
     /* Synthesis ahead: a view's chunks are made at idle priority once it is
      * read, until no reader has asked anything of it for ahead_idle_seconds
      * (negative: the default, 5; 0: off), at most ahead_rate a second (0:

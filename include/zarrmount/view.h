@@ -47,6 +47,9 @@ typedef struct zm_view_spec {
      * NULL for every cell. Borrowed: zm_view_create takes a reference of
      * its own, let go when the view is freed. */
     struct zm_view_set *set;
+    /* -o index_dtype=int32: sparse indices and indptr served as <i4 (the
+     * tree's, not the path's). */
+    int index_int32;
 } zm_view_spec;
 
 /* ---- What stratified and spatial views split by ------------------------------ */
@@ -134,7 +137,9 @@ struct zm_store_node {
     zm_sparse_part part;
     zm_view_sparse *sparse;   /* INDPTR / ENTRIES */
     int64_t constant;         /* CONSTANT */
-    size_t value_size;        /* bytes per value (numbers) */
+    size_t value_size;        /* bytes per value (numbers) as synth makes them */
+    int index_int32;          /* INDPTR / ENTRIES' indices: served as int32, narrowed from
+                               * value_size bytes (-o index_dtype=int32) */
     int cell_columns;         /* CELL_ROWS of a dense obsp matrix: columns are cells too */
     size_t *field_sizes;      /* RECORDS: bytes of each field in a record */
     size_t modality;          /* OBSMAP: which modality (part) */
@@ -157,6 +162,11 @@ struct zm_store_node {
  * the raw size a chunk aims at. */
 int zm_view_create(zm_source *source, const zm_view_spec *spec, uint64_t chunk_bytes,
                    zm_view **out, zm_err *err);
+/* Whether every sparse matrix of the source (its modalities' too) can be
+ * served with int32 indices and indptr (-o index_dtype=int32): each axis at
+ * most 2^31 long and at most INT32_MAX entries stored. -EOVERFLOW naming the
+ * first element that cannot. */
+int zm_view_index_int32_check(zm_source *source, zm_err *err);
 void zm_view_free(zm_view *view);
 
 /* What another layer keeps for a view (synth its walks), under a key of its

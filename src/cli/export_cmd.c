@@ -85,12 +85,12 @@ static int walk_directory(struct walk *w, const char *tree_path, const char *dis
 }
 
 int zm_export_main(const char *source, const char *view, const char *directory, const char *codec,
-                 unsigned threads, uint64_t chunk_bytes, int layout_anndata)
+                 unsigned threads, uint64_t chunk_bytes, int layout_anndata, int index_int32)
 {
     /* A one-shot copy keeps nothing on disk. */
     zm_tree_options options = {.source = source, .codec = codec, .threads = threads,
                                .chunk_bytes = chunk_bytes, .cache_dir = "none",
-                               .layout_anndata = layout_anndata};
+                               .layout_anndata = layout_anndata, .index_int32 = index_int32};
     zm_tree *tree;
     zm_err err;
     zm_err_clear(&err);

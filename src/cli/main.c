@@ -12,7 +12,7 @@ static const char usage[] =
     "Usage: zarrmount [options] SOURCE MOUNTPOINT\n"
     "       zarrmount select [--source FILE [--set SETFILE]] < REQUEST.json\n"
     "       zarrmount inspect FILE [--json] [--layout anndata]\n"
-    "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size SIZE] [--layout anndata]\n"
+    "       zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size SIZE] [--layout anndata] [--index-dtype int32]\n"
     "       zarrmount explain SOURCE PATH [--json] | zarrmount explain MNT/PATH [--json]\n"
     "       zarrmount stats MOUNTPOINT [--json] [--watch]\n"
     "       zarrmount --version | -V | --help\n"
@@ -70,7 +70,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "export") == 0) {
         const char *codec = NULL;
         uint64_t chunk = 0; /* the default */
-        int layout_anndata = 0;
+        int layout_anndata = 0, index_int32 = 0;
         const char *positional[3];
         int n = 0;
         for (int i = 2; i < argc; i++) {
@@ -95,6 +95,15 @@ int main(int argc, char **argv)
                 }
                 layout_anndata = strcmp(layout, "anndata") == 0;
             }
+            else if (strcmp(argv[i], "--index-dtype") == 0 && i + 1 < argc) {
+                /* The mount's -o index_dtype=int32. */
+                if (strcmp(argv[++i], "int32") != 0) {
+                    fprintf(stderr, "zarrmount export: --index-dtype %s: give int32 (the default is "
+                                    "the source's dtypes)\n", argv[i]);
+                    return ZM_EXIT_REFUSED;
+                }
+                index_int32 = 1;
+            }
             else if (argv[i][0] != '-' && n < 3)
                 positional[n++] = argv[i];
             else {
@@ -103,11 +112,11 @@ int main(int argc, char **argv)
             }
         }
         if (n != 3) {
-            fprintf(stderr, "usage: zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size SIZE] [--layout anndata]\n");
+            fprintf(stderr, "usage: zarrmount export SOURCE VIEW DIRECTORY [--codec CODEC] [--chunk-size SIZE] [--layout anndata] [--index-dtype int32]\n");
             return ZM_EXIT_REFUSED;
         }
         return zm_export_main(positional[0], positional[1], positional[2], codec, 0, chunk,
-                              layout_anndata);
+                              layout_anndata, index_int32);
     }
     if (argc == 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)) {
         /* The same lines as `zarrmount SOURCE MOUNTPOINT -V`, then the spec's. */

@@ -245,6 +245,7 @@ static int zm__open_tree(zm__fs *fs, zm_err *err)
                 .cache_dir = config->options.cache_dir,
                 .sets_dir = config->options.sets_dir,
                 .layout_anndata = config->options.layout_anndata,
+                .index_int32 = config->options.index_int32,
                 .cache_max = config->options.cache_max,
                 .threads = config->options.threads,
                 .ahead_idle_seconds = config->options.ahead_idle_seconds,

@@ -25,6 +25,7 @@ typedef struct zm__parse {
     char *passthrough;
     char *sets;
     char *layout;
+    char *index_dtype;
 } zm__parse;
 
 enum {
@@ -56,6 +57,7 @@ static const struct fuse_opt zm__options[] = {
     ZM__OPTION("passthrough=%s", passthrough),
     ZM__OPTION("sets=%s", sets),
     ZM__OPTION("layout=%s", layout),
+    ZM__OPTION("index_dtype=%s", index_dtype),
     FUSE_OPT_KEY("-f", ZM__KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", ZM__KEY_DEBUG),
     FUSE_OPT_KEY("debug", ZM__KEY_DEBUG),
@@ -221,6 +223,13 @@ static int zm__check_values(zm__parse *parse, zm_err *err)
             return zm_err_set(err, -EINVAL, "layout=%s: give mudata (the default) or anndata",
                               parse->layout);
     }
+    if (parse->index_dtype) {
+        /* Sparse indices and indptr as int32, for readers without int64. */
+        if (strcmp(parse->index_dtype, "int32") != 0)
+            return zm_err_set(err, -EINVAL, "index_dtype=%s: give int32 (the default is the source's "
+                              "dtypes)", parse->index_dtype);
+        options->index_int32 = 1;
+    }
     if (parse->cache_dir && parse->cache_dir[0] == '\0')
         return zm_err_set(err, -EINVAL, "cache_dir= needs a directory (or none)");
     if (parse->sets) {
@@ -274,6 +283,7 @@ int zm__fs_config_parse(int argc, char **argv, zm__fs_config *config, zm_err *er
     free(parse.passthrough);
     free(parse.sets);
     free(parse.layout);
+    free(parse.index_dtype);
     free(parse.ahead_rate);
     return rc;
 }
@@ -420,6 +430,10 @@ void zm__fs_print_help(FILE *out, const char *program)
             "  -o layout=anndata   a 10x file with several feature types (or a v2 file with\n"
             "                      several genomes) as one AnnData, as scanpy reads it\n"
             "                      (default mudata: a MuData store of modalities)\n"
+            "  -o index_dtype=int32\n"
+            "                      sparse indices and indptr as int32 (<i4), for readers\n"
+            "                      without 64-bit integers; a source whose matrix could not\n"
+            "                      fit is refused (default: the source's dtypes)\n"
             "  -o allow_other      let every user read the mount; files then carry SOURCE's\n"
             "                      owner and permission bits minus write, enforced by the\n"
             "                      kernel (default_permissions is added); needs\n"

@@ -392,7 +392,7 @@ int zm__known_size(zm_tree *t, const place *w, uint64_t *size)
     uint64_t values = 1;
     for (unsigned d = 0; d < w->node->meta.rank; d++)
         values *= w->node->meta.chunks[d];
-    *size = values * w->node->value_size;
+    *size = values * (w->node->index_int32 ? 4 : w->node->value_size);
     return 1;
 }
 

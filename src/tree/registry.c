@@ -39,7 +39,9 @@ int zm__view_get(zm_tree *t, const target *tg, zm_view **out, int wait, zm_err *
     struct timespec began;
     clock_gettime(CLOCK_MONOTONIC, &began);
     zm_view *view = NULL;
-    int rc = zm_view_create(t->source, &tg->spec, t->chunk_bytes, &view, err);
+    zm_view_spec spec = tg->spec;
+    spec.index_int32 = t->index_int32;
+    int rc = zm_view_create(t->source, &spec, t->chunk_bytes, &view, err);
     zm_source_tally_set(previous);
     if (rc == 0) {
         vs->builds++;

@@ -21,8 +21,11 @@ void zm__bytes_options(const zm_tree *t, char *out, size_t size)
 {
     char codec[64];
     zm_codec_format(&t->codec, codec, sizeof codec);
-    snprintf(out, size, "codec=%s|blocksize=%d|chunk=%" PRIu64 "%s", codec, t->codec.blocksize,
-             t->chunk_bytes, t->layout_anndata ? "|layout=anndata" : "");
+    /* index_dtype=int32 (sparse indices and indptr as int32) said only when
+     * given, as layout=anndata is. */
+    snprintf(out, size, "codec=%s|blocksize=%d|chunk=%" PRIu64 "%s%s", codec, t->codec.blocksize,
+             t->chunk_bytes, t->layout_anndata ? "|layout=anndata" : "",
+             t->index_int32 ? "|index=int32" : "");
 }
 
 /* Reads the source's first 64 KiB (an HDF5 file's superblock and root

@@ -618,6 +618,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
         zm_text_utf8_copy(t->source_text, source_length + 1, options->source);
     t->chunk_bytes = options->chunk_bytes ? options->chunk_bytes : ZM_DEFAULT_CHUNK_BYTES;
     t->layout_anndata = options->layout_anndata;
+    t->index_int32 = options->index_int32;
     uint64_t memory = options->cache_bytes ? options->cache_bytes : ZM_DEFAULT_CACHE_BYTES;
     t->cache_bytes = memory / 2 ? memory / 2 : 1;
     t->synth = zm_synth_create(memory / 4);
@@ -639,6 +640,8 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
         rc = zm_source_open(options->source, &so, &t->source, err);
     if (rc == 0)
         rc = zm_source_default_block_size(t->source, &t->b0, err);
+    if (rc == 0 && t->index_int32)
+        rc = zm_view_index_int32_check(t->source, err); /* refused now, not view by view */
     if (rc == 0) {
         zm__read_source_head(t);
         zm__times_open(t);
@@ -673,6 +676,9 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
             "element", t->b0.element, "options", "codec", codec, "chunkBytes",
             (json_int_t)t->chunk_bytes, "cacheBytes",
             (json_int_t)memory);
+        /* -o index_dtype=int32, when given (it changes bytes). */
+        if (info != NULL && t->index_int32)
+            json_object_set_new(json_object_get(info, "options"), "indexDtype", json_string("int32"));
         /* The sets directory, which explain of a path of the mount reads. */
         if (info != NULL && t->sets_dir != NULL) {
             char shown[4096];

@@ -167,6 +167,7 @@ struct zm_tree {
     zm_synth *synth; /* what the mount gives walks */
     uint64_t chunk_bytes;
     int layout_anndata; /* -o layout=anndata */
+    int index_int32; /* -o index_dtype=int32: every view's spec.index_int32 */
     zm_block_size b0;
     zm_cache *files;
     pthread_mutex_t mutex;

@@ -2,6 +2,7 @@
  * Zarr metadata and where its chunks come from), built from the source's
  * elements, with the root's record of the view and Cellucid's priority. */
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -208,10 +209,54 @@ static int add_element(struct builder *b, zm_store_node *parent, const zm_elemen
     return rc;
 }
 
+/* -o index_dtype=int32: whether a sparse matrix's indices and indptr fit
+ * int32 in every view. Its indices lie below its minor axis's length and a
+ * view's indptr at most the entries stored, so the source's element bounds
+ * every view's (a view that would fit is refused too: one rule, said at
+ * mount). */
+static int index_int32_fits(const zm_element *e, const char *prefix, zm_err *err)
+{
+    int csr = e->sparse_format == ZM_SPARSE_CSR;
+    uint64_t minor = csr ? e->shape[1] : e->shape[0];
+    uint64_t stored = zm_array_describe(e->indices)->shape[0];
+    if (minor > (uint64_t)INT32_MAX + 1)
+        return zm_err_set(err, -EOVERFLOW, "%s%s: index_dtype=int32: its %" PRIu64 " %s do not fit "
+                          "int32 indices", prefix, e->path, minor, csr ? "columns" : "rows");
+    if (stored > (uint64_t)INT32_MAX)
+        return zm_err_set(err, -EOVERFLOW, "%s%s: index_dtype=int32: its %" PRIu64 " entries do "
+                          "not fit an int32 indptr", prefix, e->path, stored);
+    return 0;
+}
+
+static int index_int32_walk(const zm_element *e, const char *prefix, zm_err *err)
+{
+    if (e->kind == ZM_ELEMENT_SPARSE)
+        return index_int32_fits(e, prefix, err);
+    for (size_t i = 0; i < e->child_count; i++) {
+        int rc = index_int32_walk(e->children[i], prefix, err);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int zm_view_index_int32_check(zm_source *source, zm_err *err)
+{
+    int rc = index_int32_walk(zm_source_root(source), "", err);
+    for (size_t i = 0; rc == 0 && i < zm_source_modality_count(source); i++) {
+        char prefix[ZM_ELEMENT_NAME_MAX + 8];
+        snprintf(prefix, sizeof prefix, "mod/%s/", zm_source_modality_name(source, i));
+        rc = index_int32_walk(zm_source_root(zm_source_modality(source, i)), prefix, err);
+    }
+    return rc;
+}
+
 static int sparse_node(struct builder *b, const zm_element *e, const char *name, zm_store_node **out)
 {
     zm_view_sparse *s = NULL;
-    int rc = zm__sparse_layout(b->view, e, &s, b->err);
+    int rc = b->view->spec.index_int32 ? index_int32_fits(e, "", b->err) : 0;
+    if (rc == 0)
+        rc = zm__sparse_layout(b->view, e, &s, b->err);
     if (rc != 0)
         return rc;
     zm_store_node *group = node_new(name, 0);
@@ -241,6 +286,11 @@ static int sparse_node(struct builder *b, const zm_element *e, const char *name,
         node->sparse = s;
         node->producer = part == ZM_PART_INDPTR ? ZM_PRODUCE_INDPTR : ZM_PRODUCE_ENTRIES;
         set_dtype(node, zm_array_describe(arrays[part])->dtype);
+        if (part != ZM_PART_DATA && b->view->spec.index_int32) {
+            /* Made at the source's width, served narrowed (synth). */
+            node->index_int32 = 1;
+            snprintf(node->meta.dtype, sizeof node->meta.dtype, "<i4");
+        }
         node->meta.rank = 1;
         node->meta.shape[0] = part == ZM_PART_INDPTR ? s->majors + 1 : nnz;
         set_chunks(node, b->view->chunk_bytes / node->value_size);
@@ -501,6 +551,109 @@ static zm_store_node *group_child(zm_store_node *parent, const char *name)
     return c;
 }
 
+/* xarray's _ARRAY_DIMENSIONS on every array (docs/mount.md, "xarray"): axis
+ * 0 is `row` and axis 1 `column` where the array's place names them (obs,
+ * var, obs_2, var_2), any other axis NAME_dim_I (NAME the array's, or of a
+ * table outside obs and var its group's: its columns share their rows); a
+ * sparse matrix's data and indices are "nnz" and its indptr "indptr_dim_0";
+ * a categorical's categories are COLUMN_categories. A source's own _ARRAY_DIMENSIONS is
+ * never served: this one replaces it. */
+static int set_dims(zm_store_node *node, const char *row, const char *column)
+{
+    json_t *dims = json_array();
+    if (dims == NULL)
+        return -ENOMEM;
+    for (unsigned d = 0; d < node->meta.rank; d++) {
+        const char *named = d == 0 ? row : d == 1 ? column : NULL;
+        char own[ZM_ELEMENT_NAME_MAX + 32];
+        if (named == NULL)
+            snprintf(own, sizeof own, "%s_dim_%u", node->name, d);
+        if (json_array_append_new(dims, json_string(named ? named : own)) != 0) {
+            json_decref(dims);
+            return -ENOMEM;
+        }
+    }
+    if (node->attrs == NULL && (node->attrs = json_object()) == NULL) {
+        json_decref(dims);
+        return -ENOMEM;
+    }
+    return json_object_set_new(node->attrs, "_ARRAY_DIMENSIONS", dims) == 0 ? 0 : -ENOMEM;
+}
+
+static const char *encoding_of(const zm_store_node *node)
+{
+    const json_t *type = node->attrs ? json_object_get(node->attrs, "encoding-type") : NULL;
+    return type ? json_string_value(type) : NULL;
+}
+
+static int dims_under(zm_store_node *node, const char *row, const char *column)
+{
+    if (node->is_array)
+        return set_dims(node, row, column);
+    const char *type = encoding_of(node);
+    int sparse = type && (!strcmp(type, "csr_matrix") || !strcmp(type, "csc_matrix"));
+    int categorical = type && !strcmp(type, "categorical");
+    /* A table's rows outside obs and var (a dataframe in uns, a nullable's
+     * values and mask): one dimension, the group's. */
+    char rows[ZM_ELEMENT_NAME_MAX + 32];
+    if (row == NULL && type && (categorical || !strcmp(type, "dataframe") ||
+                                !strncmp(type, "nullable-", 9))) {
+        snprintf(rows, sizeof rows, "%s_dim_0", node->name);
+        row = rows;
+    }
+    for (size_t i = 0; i < node->child_count; i++) {
+        zm_store_node *c = node->children[i];
+        int rc;
+        if (sparse && c->is_array) {
+            rc = set_dims(c, strcmp(c->name, "indptr") ? "nnz" : "indptr_dim_0", NULL);
+        } else if (categorical && c->is_array && !strcmp(c->name, "categories")) {
+            char own[ZM_ELEMENT_NAME_MAX + 32];
+            snprintf(own, sizeof own, "%s_categories", node->name);
+            rc = set_dims(c, own, NULL);
+        } else {
+            rc = dims_under(c, row, column);
+        }
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* An AnnData's groups (the store's root, a modality's, raw's): which axis
+ * each names. A MuData's mod/ is its parts' own (each named at its build). */
+static int dims_of_root(zm_store_node *root, int skip_mod)
+{
+    static const struct {
+        const char *group, *row, *column;
+    } places[] = {
+        {"X", "obs", "var"},       {"layers", "obs", "var"},  {"obs", "obs", NULL},
+        {"var", "var", NULL},      {"obsm", "obs", NULL},     {"varm", "var", NULL},
+        {"obsp", "obs", "obs_2"},  {"varp", "var", "var_2"},  {"obsmap", "obs", NULL},
+        {"varmap", "var", NULL},
+    };
+    for (size_t i = 0; i < root->child_count; i++) {
+        zm_store_node *c = root->children[i];
+        if (skip_mod && !strcmp(c->name, "mod"))
+            continue;
+        if (!c->is_array && !strcmp(c->name, "raw")) {
+            int rc = dims_of_root(c, 0);
+            if (rc != 0)
+                return rc;
+            continue;
+        }
+        const char *row = NULL, *column = NULL;
+        for (size_t p = 0; p < sizeof places / sizeof places[0]; p++)
+            if (!strcmp(c->name, places[p].group)) {
+                row = places[p].row;
+                column = places[p].column;
+            }
+        int rc = dims_under(c, row, column);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
 const char *zm_view_kind_name(zm_view_kind kind)
 {
     static const char *const names[] = {"full", "file", "uniform", "blocks", "stratified", "spatial"};
@@ -622,7 +775,8 @@ int zm__build_store(zm_view *view, zm_err *err)
     if (store->attrs != NULL && mudata && zm_source_modality_axis(view->source) > -2)
         json_object_set_new(store->attrs, "axis",
                             json_integer(zm_source_modality_axis(view->source)));
-    if (store->attrs == NULL || zm__index_store(store) != 0)
+    if (store->attrs == NULL || dims_of_root(store, view->part_count > 0) != 0 ||
+        zm__index_store(store) != 0)
         return zm_err_set(err, -ENOMEM, "out of memory");
     return 0;
 }
