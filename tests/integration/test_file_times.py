@@ -168,7 +168,8 @@ def check_times(work):
     for label, other in [("another chunk_size", ("chunk_size=4096",)),
                          ("another codec", ("chunk_size=64", "codec=none")),
                          ("another blosc compressor", ("chunk_size=64", "codec=blosc:lz4")),
-                         ("layout=anndata", ("chunk_size=64", "layout=anndata"))]:
+                         ("layout=anndata", ("chunk_size=64", "layout=anndata")),
+                         ("index_dtype=int32", ("chunk_size=64", "index_dtype=int32"))]:
         try:
             times = mount_times(SOURCE, *other)
         except RuntimeError as error:
