@@ -39,6 +39,9 @@ import traceback
 
 BINARY = os.environ.get("ZM_BINARY", "build/zarrmount")
 ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
+# Mounts go through the Python helper (contrib/python/zarrmount.py), foreground.
+sys.path.insert(0, os.path.join(ROOT, "contrib", "python"))
+import zarrmount  # noqa: E402
 SOURCE = os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad")
 PARENT = os.environ.get("ZM_MOUNT_PARENT")
 SHARED = os.environ.get("ZM_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
@@ -60,39 +63,25 @@ def check(name, ok, detail=""):
     return bool(ok)
 
 
-def is_mounted(path):
-    path = os.path.realpath(path)
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == path for line in f)
-
-
 @contextlib.contextmanager
 def mounted(source, *options, point=None):
-    """Mounts source (foreground daemon) at point, or a new directory; always unmounts."""
+    """Mounts source (a foreground daemon, through the Python helper) at point, or a new
+    directory; always unmounts. A refused mount raises RuntimeError with the daemon's reason."""
     made = point is None
     if made:
         point = tempfile.mkdtemp(prefix="zm-times-", dir=PARENT)
-    args = [BINARY, source, point, "-f", "-o", "cache_dir=none"]
-    for option in options:
-        args += ["-o", option]
-    log = tempfile.TemporaryFile()
-    daemon = subprocess.Popen(args, stdout=log, stderr=log)
     try:
-        while not is_mounted(point):
-            if daemon.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"mount failed: {log.read().decode(errors='replace').strip()}")
-            time.sleep(0.05)
-        yield point
+        settings = dict(o.split("=", 1) if "=" in o else (o, True) for o in ("cache_dir=none",) + options)
+        try:
+            mount = zarrmount.mount(source, point, binary=os.path.abspath(BINARY), foreground=True,
+                                    **settings)
+        except zarrmount.MountError as error:
+            raise RuntimeError(f"mount failed: {error.reason}") from None
+        with mount:
+            yield point
     finally:
-        if is_mounted(point):
-            subprocess.run(["fusermount3", "-u", point], capture_output=True)
-        if daemon.poll() is None and is_mounted(point):
-            subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True)
-        daemon.wait()
         if made:
             os.rmdir(point)
-        log.close()
 
 
 def times_of(point):
