@@ -217,14 +217,19 @@ Test(codec, parse_and_format)
         {"blosc:zstd:0", ZM_CODEC_BLOSC, "zstd", 0, "blosc:zstd:0"},
         {"blosc:zstd:9", ZM_CODEC_BLOSC, "zstd", 9, "blosc:zstd:9"},
         {"blosc:lz4:1", ZM_CODEC_BLOSC, "lz4", 1, "blosc:lz4:1"},
+        {"blosc:zstd:1:shuffle", ZM_CODEC_BLOSC, "zstd", 1, "blosc:zstd:1"},
+        {"blosc:zstd:1:bitshuffle", ZM_CODEC_BLOSC, "zstd", 1, "blosc:zstd:1:bitshuffle"},
+        {"blosc:lz4:5:noshuffle", ZM_CODEC_BLOSC, "lz4", 5, "blosc:lz4:5:noshuffle"},
     };
+    static const int shuffles[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 0};
+    cr_assert_eq(COUNT(shuffles), COUNT(cases));
     for (size_t i = 0; i < COUNT(cases); i++) {
         zm_codec c = parse_codec(cases[i].text);
         cr_expect_eq(c.kind, cases[i].kind, "%s", cases[i].text);
         cr_expect_eq(c.level, cases[i].level, "%s", cases[i].text);
         if (c.kind == ZM_CODEC_BLOSC) {
             cr_expect_str_eq(c.blosc_cname, cases[i].cname, "%s", cases[i].text);
-            cr_expect_eq(c.shuffle, 1, "%s", cases[i].text);
+            cr_expect_eq(c.shuffle, shuffles[i], "%s", cases[i].text);
         }
         char text[64];
         zm_codec_format(&c, text, sizeof text);
@@ -233,6 +238,7 @@ Test(codec, parse_and_format)
         zm_codec again = parse_codec(text);
         cr_expect_eq(again.kind, c.kind);
         cr_expect_eq(again.level, c.level);
+        cr_expect_eq(again.shuffle, c.shuffle);
         cr_expect_str_eq(again.blosc_cname, c.blosc_cname);
     }
 }
@@ -245,9 +251,10 @@ Test(codec, parse_refuses_with_reasons)
     } cases[] = {
         {"blosc:foo", "codec \"blosc:foo\": unknown blosc compressor foo (use zstd, lz4, lz4hc, "
                       "blosclz or zlib)"},
-        {"", "codec \"\": unknown codec  (use none, zstd[:LEVEL] or blosc[:COMPRESSOR[:LEVEL]])"},
+        {"", "codec \"\": unknown codec  (use none, zstd[:LEVEL] or "
+             "blosc[:COMPRESSOR[:LEVEL[:SHUFFLE]]])"},
         {"gzip", "codec \"gzip\": unknown codec gzip (use none, zstd[:LEVEL] or "
-                 "blosc[:COMPRESSOR[:LEVEL]])"},
+                 "blosc[:COMPRESSOR[:LEVEL[:SHUFFLE]]])"},
         {"Blosc", "unknown codec Blosc"},
         {"zstd:0", "codec \"zstd:0\": zstd level 0 is out of range (use 1 to 22)"},
         {"zstd:23", "zstd level 23 is out of range (use 1 to 22)"},
@@ -263,7 +270,12 @@ Test(codec, parse_refuses_with_reasons)
         {"blosc:", "unknown blosc compressor  (use"},
         {"blosc:snappy", "unknown blosc compressor snappy"},
         {"blosc:zstdzstdzstdzstdzstd", "unknown blosc compressor zstdzstdzstdzstdzstd"},
-        {"blosc:zstd:1:2", "too many parts"},
+        {"blosc:zstd:1:2", "codec \"blosc:zstd:1:2\": unknown blosc shuffle 2 (use shuffle, "
+                           "bitshuffle or noshuffle)"},
+        {"blosc:zstd:1:", "unknown blosc shuffle  (use"},
+        {"blosc:zstd:1:BitShuffle", "unknown blosc shuffle BitShuffle"},
+        {"blosc:zstd:1:bitshuffle:x", "too many parts"},
+        {"zstd:1:bitshuffle", "zstd takes only a level"},
         {"none:1", "none takes no level or compressor"},
         {"none:", "none takes no level or compressor"},
     };

@@ -43,7 +43,8 @@ typedef struct zm_codec {
 /* The default: blosc with zstd level 1 and byte shuffle. */
 zm_codec zm_codec_default(void);
 
-/* Parses "none", "zstd[:LEVEL]", "blosc[:zstd|lz4|lz4hc|blosclz|zlib[:LEVEL]]".
+/* Parses "none", "zstd[:LEVEL]",
+ * "blosc[:zstd|lz4|lz4hc|blosclz|zlib[:LEVEL[:shuffle|bitshuffle|noshuffle]]]".
  * -EINVAL with a one-line reason for anything else. */
 int zm_codec_parse(const char *text, zm_codec *codec, zm_err *err);
 

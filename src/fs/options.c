@@ -187,7 +187,8 @@ static int zm__check_values(zm__parse *parse, zm_err *err)
     int rc;
     if (parse->codec && parse->codec[0] == '\0')
         return zm_err_set(err, -EINVAL,
-                          "codec= needs a value (none, zstd[:LEVEL], blosc[:CNAME[:LEVEL]])");
+                          "codec= needs a value (none, zstd[:LEVEL], "
+                          "blosc[:CNAME[:LEVEL[:SHUFFLE]]])");
     if (parse->chunk_size &&
         (rc = zm_parse_size("chunk_size", parse->chunk_size, &options->chunk_bytes, err)))
         return rc;
@@ -397,7 +398,8 @@ void zm__fs_print_help(FILE *out, const char *program)
             "  -d                  debug: log every request, how long it took and when\n"
             "                      (implies -f)\n"
             "  -o codec=CODEC      compressor of the chunk files: none, zstd[:LEVEL],\n"
-            "                      blosc[:zstd|lz4|lz4hc|blosclz|zlib[:LEVEL]]\n"
+            "                      blosc[:zstd|lz4|lz4hc|blosclz|zlib[:LEVEL\n"
+            "                      [:shuffle|bitshuffle|noshuffle]]]\n"
             "                      (default blosc:zstd:1, byte shuffle: fast to decode,\n"
             "                      compresses counts well; zarr's own default codec family)\n"
             "  -o chunk_size=SIZE  raw bytes a chunk aims at (default 1M)\n"

@@ -25,7 +25,12 @@
 #define ZM__BLOSC_MAX_LEVEL  9
 #define ZM__DEFAULT_LEVEL    1 /* numcodecs' Zstd default, and ours for blosc-zstd */
 #define ZM__BLOSC_LEVEL      5 /* numcodecs' Blosc default, what anndata writes with lz4 */
-#define ZM__CODEC_SYNTAX     "none, zstd[:LEVEL] or blosc[:COMPRESSOR[:LEVEL]]"
+#define ZM__CODEC_SYNTAX     "none, zstd[:LEVEL] or blosc[:COMPRESSOR[:LEVEL[:SHUFFLE]]]"
+#define ZM__SHUFFLE_NAMES_TEXT "shuffle, bitshuffle or noshuffle"
+
+/* blosc's shuffles by name, as numcodecs names them (Blosc.SHUFFLE,
+ * BITSHUFFLE, NOSHUFFLE): the index is blosc's number. */
+static const char *const zm__shuffle_names[] = {"noshuffle", "shuffle", "bitshuffle"};
 #define ZM__BLOSC_NAMES_TEXT "zstd, lz4, lz4hc, blosclz or zlib"
 
 static const char *const zm__blosc_names[] = {"zstd", "lz4", "lz4hc", "blosclz", "zlib"};
@@ -82,7 +87,8 @@ int zm_codec_parse(const char *text, zm_codec *codec, zm_err *err)
     if (text == NULL)
         return zm_err_set(err, -EINVAL, "codec: none given (use " ZM__CODEC_SYNTAX ")");
 
-    /* Split at the colons into at most three parts; a fourth is an error. */
+    /* Split at the colons into at most four parts (blosc's shuffle the
+     * fourth); a fifth is an error. */
     const char *parts[4];
     size_t lengths[4];
     size_t count = 0;
@@ -90,7 +96,7 @@ int zm_codec_parse(const char *text, zm_codec *codec, zm_err *err)
     for (;;) {
         const char *colon = strchr(start, ':');
         size_t n = colon ? (size_t)(colon - start) : strlen(start);
-        if (count == 3)
+        if (count == 4)
             return zm_err_set(err, -EINVAL,
                               "codec \"%.100s\": too many parts (use " ZM__CODEC_SYNTAX ")", text);
         parts[count] = start;
@@ -140,11 +146,24 @@ int zm_codec_parse(const char *text, zm_codec *codec, zm_err *err)
              * start from numcodecs' Blosc default level. */
             result.level = strcmp(name, "zstd") == 0 ? ZM__DEFAULT_LEVEL : ZM__BLOSC_LEVEL;
         }
-        if (count == 3) {
+        if (count >= 3) {
             int rc = zm__parse_level(text, parts[2], lengths[2], "blosc", 0, ZM__BLOSC_MAX_LEVEL,
                                      &result.level, err);
             if (rc != 0)
                 return rc;
+        }
+        if (count == 4) {
+            int found = -1;
+            for (int i = 0; i < 3; i++)
+                if (lengths[3] == strlen(zm__shuffle_names[i]) &&
+                    memcmp(parts[3], zm__shuffle_names[i], lengths[3]) == 0)
+                    found = i;
+            if (found < 0)
+                return zm_err_set(err, -EINVAL,
+                                  "codec \"%.100s\": unknown blosc shuffle %.*s (use "
+                                  ZM__SHUFFLE_NAMES_TEXT ")",
+                                  text, (int)(lengths[3] > 32 ? 32 : lengths[3]), parts[3]);
+            result.shuffle = found;
         }
     } else {
         return zm_err_set(err, -EINVAL,
@@ -167,10 +186,14 @@ void zm_codec_format(const zm_codec *codec, char *out, size_t size)
         snprintf(out, size, "zstd:%d", codec->level);
         break;
     case ZM_CODEC_BLOSC:
-        /* The text form has no shuffle part: byte shuffle is the only one
-         * zm_codec_parse gives, so any other is spelled out after it. */
+        /* Byte shuffle (the default) is left unsaid, so that the text, and
+         * the disk cache's keys and the file times made from it, stay what
+         * they were before a shuffle could be chosen. */
         if (codec->shuffle == BLOSC_SHUFFLE)
             snprintf(out, size, "blosc:%.16s:%d", codec->blosc_cname, codec->level);
+        else if (codec->shuffle >= BLOSC_NOSHUFFLE && codec->shuffle <= BLOSC_BITSHUFFLE)
+            snprintf(out, size, "blosc:%.16s:%d:%s", codec->blosc_cname, codec->level,
+                     zm__shuffle_names[codec->shuffle]);
         else
             snprintf(out, size, "blosc:%.16s:%d (shuffle %d)", codec->blosc_cname, codec->level,
                      codec->shuffle);

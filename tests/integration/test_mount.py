@@ -445,12 +445,31 @@ def copy_and_identity():
                     check(f"nested views with shared chunks: {view}", True)
                 except views.Differ as error:
                     check(f"nested views with shared chunks: {view}", False, str(error))
-        for codec in ("blosc:zstd:1", "blosc:lz4:5", "zstd:3", "none"):
+        shuffles = {"blosc:zstd:1": 1, "blosc:lz4:5": 1, "blosc:zstd:1:bitshuffle": 2,
+                    "blosc:lz4:5:noshuffle": 0}
+        for codec in ("blosc:zstd:1", "blosc:lz4:5", "blosc:zstd:1:bitshuffle", "blosc:lz4:5:noshuffle",
+                      "zstd:3", "none"):
             trees = []
             for _ in range(2):
                 with mounted(source, f"codec={codec}") as point:
-                    trees.append(tree_digest(os.path.join(point, "uniform/seed3/k=40")))
+                    view = os.path.join(point, "uniform/seed3/k=40")
+                    trees.append(tree_digest(view))
+                    if len(trees) == 1:
+                        # The values, through zarr-python's own decoders.
+                        try:
+                            views.check_view(views.read_view(view), ref,
+                                             views.order_of("uniform", info["nObs"], 3, 40), "uniform",
+                                             info["nObs"])
+                            values = True
+                        except views.Differ as error:
+                            values = str(error)
+                        with open(os.path.join(view, "X", "data", ".zarray")) as f:
+                            compressor = json.load(f)["compressor"]
             check(f"two mounts give byte-identical trees (codec {codec})", trees[0] == trees[1] and len(trees[0]) > 10)
+            check(f"codec {codec}: zarr-python reads the view's values", values is True, values)
+            if codec in shuffles:
+                check(f"codec {codec}: .zarray's blosc shuffle is {shuffles[codec]}",
+                      compressor and compressor.get("shuffle") == shuffles[codec], compressor)
     except Exception:  # noqa: BLE001
         check("copy and identity", False, traceback.format_exc(limit=3))
     finally:
