@@ -21,9 +21,10 @@ not committed).
      serving the same bytes (`zarrmount export ... --codec none` of full/ on the same disk),
      page cache of the export warm (bindfs only copies).  Target: <= 1.3x.
  (c) obsm/X_pca alone (200 MB raw): walk time, for information.
- (d) the codec choice: for blosc:zstd:1 (the default), blosc:lz4 and zstd:1, the walk of full/,
-     the store's size and zarr-python's read of a uniform 10% view's X and obsm (a fresh
-     process), for information (the default is kept or changed by these numbers).
+ (d) the codec choice: for blosc:zstd:1 (the default), blosc:lz4, both with bitshuffle, and
+     zstd:1, the walk of full/, the store's size and zarr-python's read of a uniform 10% view's
+     X and obsm (a fresh process), for information (the default is kept or changed by these
+     numbers); (e) the same codecs' sizes of full/ over the real .h5ad files of ../shared/data.
 
 Each figure of (a)-(c) is the best of --runs (default 2).  Prints one line a measure: ours,
 peer, ratio, target.
@@ -43,6 +44,9 @@ sys.path.insert(0, HERE)
 from benchlib import drop_caches, is_mounted, mounted, python, rchar, tar_walk  # noqa: E402
 
 MiB = 1 << 20
+# (d)'s codecs: the default, then the candidates.
+CODECS = ("blosc:zstd:1", "blosc:lz4", "blosc:zstd:1:bitshuffle", "blosc:lz4:5:bitshuffle", "zstd:1")
+REAL = os.path.join(os.path.dirname(ROOT), "shared", "data")
 
 WRITE = r"""
 import sys, time, warnings
@@ -225,7 +229,7 @@ class Bench:
     def part_d(self, source):
         k = self.a.cells // 10
         print(f"# (d) {'codec':<14} {'walk (s)':>9} {'store (MiB)':>12} {'read 10% (s)':>13}", flush=True)
-        for codec in ("blosc:zstd:1", "blosc:lz4", "zstd:1"):
+        for codec in CODECS:
             walk_s = self.best(lambda: self.walk(source, "full", f"codec={codec}"))[0]
             with mounted(self.binary, source, f"codec={codec}") as (point, _):
                 tar_walk(point, "full")
@@ -236,6 +240,30 @@ class Bench:
             read_s = float(out.split()[0])
             print(f"# (d) {codec:<14} {walk_s:>9.3f} {size / MiB:>12.0f} {read_s:>13.3f}", flush=True)
 
+    def part_e(self):
+        """(d) on the real files of ../shared/data: the size of full/ a codec, summed over them."""
+        sources = sorted(os.path.join(d, f) for d, _, fs in os.walk(REAL) for f in fs
+                         if f.endswith(".h5ad") and "bad" not in f)
+        if not sources:
+            print(f"# (e) skipped: no .h5ad under {REAL}")
+            return
+        sizes = {codec: 0 for codec in CODECS}
+        raw = 0
+        for source in sources:
+            try:
+                for codec in CODECS:
+                    with mounted(self.binary, source, f"codec={codec}", cache="none") as (point, _):
+                        sizes[codec] += tree_bytes(os.path.join(point, "full"))
+                with mounted(self.binary, source, "codec=none", cache="none") as (point, _):
+                    raw += tree_bytes(os.path.join(point, "full"))
+            except RuntimeError:
+                print(f"# (e) {os.path.basename(source)}: not mounted, left out")
+        print(f"# (e) full/ of {len(sources)} real .h5ad files of ../shared/data ({raw / MiB:.1f} MiB "
+              f"with codec=none):", flush=True)
+        for codec in CODECS:
+            print(f"# (e) {codec:<24} {sizes[codec] / MiB:8.2f} MiB ({sizes[codec] / raw:.3f} of none)",
+                  flush=True)
+
     def run(self):
         source = self.ensure_source()
         print(f"# source {source} ({os.path.getsize(source) / MiB:.0f} MiB); build {self.binary}; "
@@ -245,6 +273,7 @@ class Bench:
         self.part_b(source)
         self.part_c(source)
         self.part_d(source)
+        self.part_e()
         missed = [r for r in self.rows if r[4] is not None and not r[3] <= r[4]]
         return 1 if missed else 0
 
