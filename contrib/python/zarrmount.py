@@ -38,7 +38,7 @@ import threading
 import time
 import weakref
 
-__all__ = ["mount", "Mount", "MountError", "view_path", "escape_value"]
+__all__ = ["mount", "Mount", "MountError", "view_path", "escape_value", "options_from"]
 
 #: How long unmount() retries ``fusermount3 -u`` while the mount is busy before it detaches the
 #: mount lazily (``fusermount3 -u -z``), in seconds.
@@ -122,6 +122,25 @@ def _option_args(options):
                 raise ValueError(f"option {key}={text!r}: a value cannot hold ','")
             args += ["-o", f"{key}={text}"]
     return args
+
+
+def options_from(texts):
+    """Keyword options from ``-o`` option texts, as a command line or an fstab line spells them:
+    ``options_from(["codec=none", "allow_other"])`` and ``options_from(["codec=none,allow_other"])``
+    are ``{"codec": "none", "allow_other": True}``, for ``mount(source, **options_from(...))``.
+    A text may hold several options separated by ','; a later one of the same name wins."""
+    if isinstance(texts, str):
+        texts = [texts]
+    options = {}
+    for text in texts:
+        for part in str(text).split(","):
+            if not part:
+                continue
+            key, equals, value = part.partition("=")
+            if not key:
+                raise ValueError(f"option {part!r}: no name before '='")
+            options[key] = value if equals else True
+    return options
 
 
 def escape_value(value):
@@ -379,13 +398,14 @@ class Mount:
     """
 
     def __init__(self, source, mountpoint=None, *, binary=None, foreground=False,
-                 unmount_timeout=UNMOUNT_TIMEOUT, env=None, **options):
+                 unmount_timeout=UNMOUNT_TIMEOUT, env=None, parent=None, **options):
         self.source = os.fspath(source)
         self.options = dict(options)
         self.unmount_timeout = unmount_timeout
         binary = binary or _binary()
         private = mountpoint is None
-        point = tempfile.mkdtemp(prefix="zarrmount-") if private else os.fspath(mountpoint)
+        point = (tempfile.mkdtemp(prefix="zarrmount-", dir=parent) if private
+                 else os.fspath(mountpoint))
         point = os.path.realpath(point)
         self.path = pathlib.Path(point)
         self._state = _State(point, private, binary)
@@ -549,7 +569,8 @@ def mount(source, mountpoint=None, **options):
     ``options``: ``-o`` options (``key=value``; ``True`` a bare flag; ``False``/``None`` left
     out). Keyword-only extras: ``binary`` (else ``$ZARRMOUNT`` or PATH), ``foreground=True``
     (the daemon runs with ``-f`` as a child, its exit status and log kept), ``unmount_timeout``
-    (seconds of ``fusermount3 -u`` retries before ``-z``), ``env`` (the daemon's environment).
+    (seconds of ``fusermount3 -u`` retries before ``-z``), ``env`` (the daemon's environment),
+    ``parent`` (the directory a private mount point is made in; default ``$TMPDIR``).
     Raises MountError with the daemon's one-line reason if the mount is refused.
     """
     return Mount(source, mountpoint, **options)

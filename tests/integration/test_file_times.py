@@ -66,22 +66,11 @@ def check(name, ok, detail=""):
 @contextlib.contextmanager
 def mounted(source, *options, point=None):
     """Mounts source (a foreground daemon, through the Python helper) at point, or a new
-    directory; always unmounts. A refused mount raises RuntimeError with the daemon's reason."""
-    made = point is None
-    if made:
-        point = tempfile.mkdtemp(prefix="zm-times-", dir=PARENT)
-    try:
-        settings = dict(o.split("=", 1) if "=" in o else (o, True) for o in ("cache_dir=none",) + options)
-        try:
-            mount = zarrmount.mount(source, point, binary=os.path.abspath(BINARY), foreground=True,
-                                    **settings)
-        except zarrmount.MountError as error:
-            raise RuntimeError(f"mount failed: {error.reason}") from None
-        with mount:
-            yield point
-    finally:
-        if made:
-            os.rmdir(point)
+    directory; always unmounts. A refused mount raises zarrmount.MountError (a RuntimeError)
+    with the daemon's reason."""
+    with zarrmount.mount(source, point, parent=PARENT, binary=os.path.abspath(BINARY),
+                         foreground=True, **zarrmount.options_from(("cache_dir=none",) + options)) as mount:
+        yield str(mount.path)
 
 
 def times_of(point):

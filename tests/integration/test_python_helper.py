@@ -145,6 +145,31 @@ def check_mount_and_options(source):
         check("mountpoint=None: a new private directory (under $TMPDIR), mounted",
               str(private).startswith(os.path.realpath(PARENT) + "/zarrmount-") and m.mounted, private)
     check("mountpoint=None: unmounted and removed after", not os.path.exists(private), private)
+    parent = tempfile.mkdtemp(prefix="parent-", dir=PARENT)
+    with zarrmount.mount(source, parent=parent) as m:
+        private = m.path
+        check("parent=: the private mount point is made in it",
+              str(private).startswith(os.path.realpath(parent) + "/zarrmount-") and m.mounted, private)
+    check("parent=: unmounted and removed after, the parent kept",
+          not os.path.exists(private) and os.path.isdir(parent), private)
+    os.rmdir(parent)
+
+    check("options_from: -o texts and fstab lists as keyword options",
+          zarrmount.options_from(["codec=none", "allow_other"]) == {"codec": "none", "allow_other": True}
+          and zarrmount.options_from("codec=zstd:3,ro,cache_dir=/x=y") ==
+          {"codec": "zstd:3", "ro": True, "cache_dir": "/x=y"}
+          and zarrmount.options_from(["codec=none", "codec=blosc:lz4"]) == {"codec": "blosc:lz4"}
+          and zarrmount.options_from([]) == {})
+    try:
+        zarrmount.options_from(["=none"])
+        refused = False
+    except ValueError as error:
+        refused = "no name" in str(error)
+    check("options_from: an option with no name is refused", refused)
+    with zarrmount.mount(source, **zarrmount.options_from("chunk_size=64K,codec=none")) as m:
+        options = m.info()["options"]
+        check("options_from: what it gives mounts with those options",
+              options["chunkBytes"] == 65536 and options["codec"] == "none", options)
 
 
 def view_cases():

@@ -75,21 +75,11 @@ def check(name, ok, detail=""):
 @contextlib.contextmanager
 def mounted(source, *options):
     """Mounts source (a foreground daemon, through the Python helper) at point, or a new
-    directory; always unmounts. A refused mount raises RuntimeError with the daemon's reason."""
-    point = tempfile.mkdtemp(prefix="zm-web-", dir=os.environ.get("ZM_MOUNT_PARENT"))
-    made = True
-    try:
-        settings = dict(o.split("=", 1) if "=" in o else (o, True) for o in options)
-        try:
-            mount = zarrmount.mount(source, point, binary=os.path.abspath(BINARY), foreground=True,
-                                    **settings)
-        except zarrmount.MountError as error:
-            raise RuntimeError(f"mount failed: {error.reason}") from None
-        with mount:
-            yield point
-    finally:
-        if made:
-            os.rmdir(point)
+    directory; always unmounts. A refused mount raises zarrmount.MountError (a RuntimeError)
+    with the daemon's reason."""
+    with zarrmount.mount(source, None, parent=os.environ.get("ZM_MOUNT_PARENT"), binary=os.path.abspath(BINARY),
+                         foreground=True, **zarrmount.options_from(options)) as mount:
+        yield str(mount.path)
 
 
 def free_ports(count):
