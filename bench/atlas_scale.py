@@ -31,6 +31,10 @@ values a cell at every n (1e5, 1e6, 1e7; written to --data-pc10), so that only n
      cache (with the default options: kept files pushed into the page cache ahead of the walk);
      against the tmpfs copy of (c).  Target: >= 0.9x.  The same with passthrough=on (the kernel
      reads kept files from the disk cache itself) is printed for information.
+ (g) issue 25's file, what anndata's write_h5ad writes by default (contiguous, uncompressed, obsm
+     50 + 2 columns; bench/contiguous.py makes it from the 1M gzip-4 file): a cold walk of full/
+     against the limit (target <= 1.3) and against anndata's read_h5ad + write_zarr (at least
+     1.5x faster), and the walk with codec=none against bindfs serving its export (<= 1.3x).
  (m) memory: the daemon's peak on each walk of full/ against the default cache_size (1 GiB)
      plus 8 bytes a cell plus 64 MiB.  Target: <= 1.
 
@@ -540,6 +544,21 @@ class Bench:
                                    f"{row['client_peak'] / MiB:.0f} MiB")
 
     # -- the run -----------------------------------------------------------------------------
+    def files_people_write(self, data):
+        """(g) bench/contiguous.py's (a) and (b) on issue 25's file (written into data from the
+        1M gzip-4 file if missing): a cold walk of full/ against the limit and against anndata's
+        read_h5ad + write_zarr, and the walk with codec=none against bindfs."""
+        import contiguous
+        b = contiguous.Bench(argparse.Namespace(build=os.path.dirname(self.binary), data=data,
+                                                cells=self.args.cells, runs=1 if self.quick else 2))
+        source = b.ensure_source()
+        b.part_a(source)
+        b.part_b(source)
+        for what, ours, peer, ratio, target in b.rows:
+            goal = "" if target is None else f" (target <= {target})"
+            self.result("g", None if target is None else ratio <= target,
+                        f"{os.path.basename(source)}: {what}: {ours:.3f} s vs {peer:.3f} s: ratio {ratio:.2f}{goal}")
+
     def run(self):
         a = self.args
         one = self.ensure(a.data, a.cells, 100)
@@ -555,6 +574,9 @@ class Bench:
         self.log("== (a) cold walk of full/ vs the physical limit; (c) warm re-read of full/ vs tmpfs")
         for s in [g1, u1] + ([] if ten is None else [ten["gzip4"], ten["uncompressed"]]):
             self.walk_vs_limit(s)
+        self.log("== (g) the file anndata's write_h5ad writes by default (contiguous, uncompressed; "
+                 "issue 25, bench/contiguous.py)")
+        self.files_people_write(a.data)
         self.log("== (c) warm re-read of a uniform 10% view vs tmpfs")
         self.warm_view(g1, 0.1)
         self.log("== (b) read_zarr of uniform and blocks views vs anndata backed mode subsetting (source warm)")
