@@ -653,7 +653,10 @@ int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, co
      * chunk is never lent from a walk as it lies). */
     uint64_t shift = node->producer == ZM_PRODUCE_ENTRIES && node->part == ZM_PART_INDICES &&
                              node->element->window != NULL ? node->element->window_first : 0;
-    if (shift != 0 || node->index_int32)
+    /* -o index_dtype=int32 over 64-bit (or narrower) values: made at the
+     * source's width, then narrowed; 32-bit values are served as they are. */
+    int narrow = node->index_int32 && node->value_size != 4;
+    if (shift != 0 || narrow)
         borrowed = NULL;
     struct zm_walk *w = NULL;
     if (zm_synth_walks(view, node)) {
@@ -696,22 +699,24 @@ int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, co
         zm__walk_put(w);
     if (rc == 0 && shift != 0)
         unshift_indices(out, (to - from) * per_row_values, node->value_size, shift);
-    if (rc == 0 && node->index_int32) {
-        /* -o index_dtype=int32: the values made at the source's width,
-         * served as int32 (the view checked they fit). */
+    if (rc == 0 && narrow) {
+        /* Served as int32 (the view checked they fit). Wider values are
+         * narrowed in place: value i is read before bytes [4i, 4i + 4) are
+         * written, which lie below it. */
         uint64_t count = chunk_rows * per_row_values;
-        uint8_t *narrow = malloc(count * 4 + 1);
-        if (narrow == NULL)
+        uint8_t *to = node->value_size > 4 ? out : malloc(count * 4 + 1);
+        if (to == NULL)
             rc = zm_err_set(err, -ENOMEM, "out of memory for a %zu-byte chunk", (size_t)(count * 4));
         for (uint64_t i = 0; rc == 0 && i < count; i++) {
             uint64_t u = 0;
             memcpy(&u, out + i * node->value_size, node->value_size);
             int32_t v = (int32_t)u;
-            memcpy(narrow + i * 4, &v, 4);
+            memcpy(to + i * 4, &v, 4);
         }
         if (rc == 0) {
-            free(out);
-            out = narrow;
+            if (to != out)
+                free(out);
+            out = to;
             bytes = (size_t)(count * 4);
             *typesize = 4;
         }
