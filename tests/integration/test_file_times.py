@@ -26,12 +26,8 @@ also unmounts whatever a crash leaves). No step has a time limit. Prints TAP.
 """
 import calendar
 import contextlib
-import http.client
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,12 +38,14 @@ ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
 # Mounts go through the Python helper (contrib/python/zarrmount.py), foreground.
 sys.path.insert(0, os.path.join(ROOT, "contrib", "python"))
 import zarrmount  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nginx_child  # noqa: E402
+from nginx_child import NGINX  # noqa: E402
 SOURCE = os.path.join(ROOT, "fixtures/sources/h5ad/full-csr.h5ad")
 PARENT = os.environ.get("ZM_MOUNT_PARENT")
 SHARED = os.environ.get("ZM_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
 # A directory store (its identity: the files' total size, the newest mtime, the manifest's digest).
 STORE = os.path.join(SHARED, "zarr", "pbmc68k_reduced.zarr")
-NGINX = "/usr/sbin/nginx"
 # A .zarray and a chunk whose bytes another chunk_size changes (60 float64 values: 8 rows a
 # chunk at 64 bytes, 9 at 72). The .zarray keeps its size ("chunks": [8] or [9]): with the
 # source's mtime as every file's, nginx's ETag ("<mtime>-<size>") would not change (issue 24).
@@ -186,36 +184,25 @@ def check_times(work):
           stats.st_mtime_ns >= before, (stats.st_mtime_ns, before))
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def nginx_serving(root, prefix):
-    """Debian's nginx in the foreground (daemon off), its own prefix and config, serving root
-    on a free port of 127.0.0.1; killed in every outcome. Yields the port."""
-    port = free_port()
-    for sub in ["logs", "temp"]:
-        os.makedirs(os.path.join(prefix, sub), exist_ok=True)
-    temp = os.path.join(prefix, "temp")
-    config = os.path.join(prefix, "nginx.conf")
-    with open(config, "w") as f:
-        f.write(f"""daemon off;
+    """Debian's nginx (nginx_child.py) serving root on a free port of 127.0.0.1 until the block
+    ends. Yields the port."""
+    port, = nginx_child.free_ports(1)
+    conf = f"""daemon off;
 master_process off;
 worker_processes 1;
 user root;
-pid {prefix}/logs/nginx.pid;
-error_log {prefix}/logs/error.log;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log;
 events {{ worker_connections 64; }}
 http {{
-    access_log {prefix}/logs/access.log;
-    client_body_temp_path {temp}/body;
-    proxy_temp_path {temp}/proxy;
-    fastcgi_temp_path {temp}/fastcgi;
-    uwsgi_temp_path {temp}/uwsgi;
-    scgi_temp_path {temp}/scgi;
+    access_log {prefix}/access.log;
+    client_body_temp_path {prefix}/temp/body;
+    proxy_temp_path {prefix}/temp/proxy;
+    fastcgi_temp_path {prefix}/temp/fastcgi;
+    uwsgi_temp_path {prefix}/temp/uwsgi;
+    scgi_temp_path {prefix}/temp/scgi;
     types {{ application/octet-stream bin; }}
     default_type application/octet-stream;
     server {{
@@ -224,44 +211,14 @@ http {{
         location / {{ }}
     }}
 }}
-""")
-    log = tempfile.TemporaryFile()
-    server = subprocess.Popen([NGINX, "-p", prefix + "/", "-c", config, "-e", f"{prefix}/logs/error.log"],
-                              stdout=log, stderr=log)
-    try:
-        while True:
-            if server.poll() is not None:
-                log.seek(0)
-                errors = open(os.path.join(prefix, "logs/error.log"), errors="replace").read() \
-                    if os.path.exists(os.path.join(prefix, "logs/error.log")) else ""
-                raise RuntimeError(f"nginx did not start: {log.read().decode(errors='replace')} {errors}".strip())
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=5).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+"""
+    with nginx_child.running(prefix, conf, [port]):
         yield port
-    finally:
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-        log.close()
 
 
 def get(port, path, headers=None):
     """(status, {header: value} lowercased, body) of a GET."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        connection.request("GET", "/" + path, headers=headers or {})
-        response = connection.getresponse()
-        body = response.read()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
-    finally:
-        connection.close()
+    return nginx_child.request(port, "GET", "/" + path, headers)
 
 
 def check_nginx(work):

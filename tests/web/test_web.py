@@ -33,17 +33,14 @@ whatever a crash leaves). No step has a time limit. Prints TAP.
 """
 import contextlib
 import email.utils
-import http.client
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import traceback
 import urllib.parse
 
@@ -55,12 +52,14 @@ ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
 # Mounts go through the Python helper (contrib/python/zarrmount.py), foreground.
 sys.path.insert(0, os.path.join(ROOT, "contrib", "python"))
 import zarrmount  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from nginx_child import free_ports, read_text, request  # noqa: E402
+from nginx_child import running as nginx  # noqa: E402
 HERE = os.path.join(ROOT, "tests", "web")
 TEMPLATE = os.path.join(ROOT, "contrib", "nginx", "zarrmount.conf")
 SOURCE = os.path.join(ROOT, "fixtures", "sources", "h5ad", "full-csr.h5ad")
 CACHE = os.environ.get("ZM_WEB_CACHE", os.path.join(ROOT, "build", "web-node_modules"))
 CHROMIUM = "/usr/bin/chromium"
-NGINX = "/usr/sbin/nginx"
 # What the page reads of each view: obsm (float32 and float64), a slice of
 # rows, and X's CSR arrays.
 ARRAYS = ["obsm/X_pca", "obsm/X_umap", "obsm/X_pca[10:20]", "X/data", "X/indices", "X/indptr"]
@@ -80,18 +79,6 @@ def mounted(source, *options):
     with zarrmount.mount(source, None, parent=os.environ.get("ZM_MOUNT_PARENT"), binary=os.path.abspath(BINARY),
                          foreground=True, **zarrmount.options_from(options)) as mount:
         yield str(mount.path)
-
-
-def free_ports(count):
-    """Ports nobody listens on now (the kernel's choice of an ephemeral one)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 # ---- node_modules and the page -----------------------------------------------------
@@ -197,55 +184,6 @@ http {{
     }}
 }}
 """
-
-
-@contextlib.contextmanager
-def nginx(prefix, conf, ports):
-    """nginx -p prefix in the foreground until the block ends (then TERM, and waited for)."""
-    os.makedirs(os.path.join(prefix, "temp"), exist_ok=True)
-    path = os.path.join(prefix, "nginx.conf")
-    with open(path, "w") as f:
-        f.write(conf)
-    tested = subprocess.run([NGINX, "-t", "-q", "-p", prefix, "-c", path, "-e", f"{prefix}/error.log"],
-                            capture_output=True, text=True)
-    if tested.returncode != 0:
-        raise RuntimeError(f"nginx -t refused the configuration: {tested.stderr.strip()}")
-    log = open(os.path.join(prefix, "nginx.out"), "wb")
-    server = subprocess.Popen([NGINX, "-p", prefix, "-c", path, "-e", f"{prefix}/error.log"],
-                              stdout=log, stderr=log)
-    try:
-        for port in ports:
-            while True:
-                if server.poll() is not None:
-                    raise RuntimeError(f"nginx exited with {server.returncode}: {read_text(prefix, 'error.log')}")
-                with socket.socket() as s:
-                    if s.connect_ex(("127.0.0.1", port)) == 0:
-                        break
-                time.sleep(0.05)
-        yield server
-    finally:
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-        server.wait()
-        log.close()
-
-
-def read_text(directory, name):
-    with contextlib.suppress(OSError), open(os.path.join(directory, name), errors="replace") as f:
-        return f.read()
-    return ""
-
-
-def request(port, method, path, headers=None):
-    """(status, headers as a lower-case dict, body) of one request."""
-    connection = http.client.HTTPConnection("127.0.0.1", port)
-    try:
-        connection.request(method, path, headers=headers or {})
-        response = connection.getresponse()
-        body = response.read()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
-    finally:
-        connection.close()
 
 
 def file_bytes(path):
