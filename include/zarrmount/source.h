@@ -424,6 +424,13 @@ typedef struct zm_source_stats {
 
 void zm_source_get_stats(zm_source *source, zm_source_stats *stats);
 
+/* The most the source's decoded-chunk cache can ever hold: the decoded size
+ * of its chunked arrays, its modalities' too (UINT64_MAX where a chunk's
+ * decoded size is not known: strings). A source of contiguous datasets only,
+ * as anndata writes by default, needs none: a mount gives that memory to
+ * its walks (docs/performance.md, "Memory"). */
+uint64_t zm_source_chunk_cache_need(const zm_source *source);
+
 /* A caller's share of the counters: a thread sets a tally, and every read it
  * makes from then on (the chunks its gathers decode on the pool's threads
  * included) adds to it as well as to the source's own counters. A mount

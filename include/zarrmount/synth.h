@@ -27,6 +27,9 @@ zm_synth *zm_synth_create(uint64_t walk_memory);
  * its memory are freed too (it may go before or after them). */
 void zm_synth_free(zm_synth *synth);
 void zm_synth_set_walk_memory(zm_synth *synth, uint64_t bytes);
+/* What a new walk may hold in memory now: what walks are not holding, and
+ * what retired walks no one reads would give back. */
+uint64_t zm_synth_walk_room(zm_synth *synth);
 /* The walks of a zm_synth so far. */
 typedef struct zm_synth_walk_stats {
     uint64_t held_bytes;   /* held in memory now */
@@ -60,6 +63,11 @@ void zm_synth_chunk_done(const zm_view *view, const zm_store_node *node, uint8_t
  * walks may hold (oldest such walk first, never one in use), and the walk
  * is made again should one of its chunks be asked for after that. */
 void zm_synth_walk_retire(const zm_view *view, const zm_store_node *node);
+/* Says that the caller will retire a walk (expect 1: it is making every
+ * chunk of the array), or will not after all (0). A new walk that does not
+ * fit in what walks may hold waits a while (at most 2 s) for an expected
+ * walk to retire, rather than spill. */
+void zm_synth_walk_expect(const zm_view *view, const zm_store_node *node, int expect);
 
 /* Whether an array's chunks are cut from a one-pass walk of all of it
  * (per-cell values of a reordered view, in more than one chunk). */

@@ -352,6 +352,30 @@ static int decode_prefix(zm_source *source, zm_array *array, uint64_t chunk, uin
     return 1;
 }
 
+/* The first `rows` rows (along storage dimension 0) of an unfiltered chunk
+ * read into raw, as decode_prefix does for a deflated one: 1 when read, 0
+ * when the whole chunk is to be read instead (never written: the fill
+ * value), else -errno. */
+static int read_prefix(zm_source *source, zm_array *array, uint64_t chunk, uint8_t *raw,
+                       uint64_t rows, zm_err *err)
+{
+    uint64_t address = array->chunk_address[chunk];
+    if (address == ZM__CHUNK_ABSENT)
+        return 0;
+    uint64_t raw_size = chunk_bytes(array), row_bytes = raw_size / array->chunk[0];
+    if (array->chunk_stored_size[chunk] != raw_size)
+        return zm_err_set(err, -EIO, "%s: chunk %llu holds %u bytes, expected %llu",
+                          array->file_path, (unsigned long long)chunk,
+                          array->chunk_stored_size[chunk], (unsigned long long)raw_size);
+    int rc = zm__read_exact(source, address, raw, rows * row_bytes, array, err);
+    if (rc != 0)
+        return rc;
+    if (array->info.big_endian)
+        zm__swap_bytes(raw, rows * row_bytes / array->info.dtype.size, array->info.dtype.size);
+    zm__count_chunk(source);
+    return 1;
+}
+
 /* The first range that ends after row. */
 static size_t first_range_after(const struct gather *g, uint64_t row)
 {
@@ -396,9 +420,15 @@ static int gather_chunk_part(void *context, size_t task)
      * (a view's layout kept it: ZM_READ_KEEP) is not decoded again. */
     int kept = g->one_pass && rank == 1 &&
                zm_cache_peek(g->source->cache, chunk_key(array, chunk), &ref);
+    /* An unfiltered chunk of an HDF5 file is its values as stored (anndata
+     * writes sparse matrices so, chunked with no filter): read where they
+     * lie, the part the gather takes, and never kept in the decoded-chunk
+     * cache, which would only copy what the page cache holds
+     * (zm_source_chunk_cache_need counts no such array). */
+    int as_stored = array->zarr == NULL && array->filter_count == 0 && !array->info.transposed;
     if (kept) {
         /* ref holds it: copied out below, as from any cached chunk. */
-    } else if (g->one_pass && rank == 1) {
+    } else if ((g->one_pass && rank == 1) || as_stored) {
         uint8_t *buffer = scratch(chunk_bytes(array));
         if (buffer == NULL)
             return zm_err_set(&g->errors[task], -ENOMEM, "%s: out of memory for a chunk",
@@ -417,7 +447,11 @@ static int gather_chunk_part(void *context, size_t task)
          * the part alone is read and inflated. */
         /* A zstd stream stops where asked, its cost the part's share: a
          * store's chunk is decoded only as far as the pass needs. */
-        if (array->zarr != NULL)
+        if (as_stored)
+            rc = rank == 1 && needed < array->chunk[0] /* `needed` counts rank-1 rows */
+                     ? read_prefix(g->source, array, chunk, buffer, needed, &g->errors[task])
+                     : 0;
+        else if (array->zarr != NULL)
             rc = needed < array->chunk[0]
                      ? zm__zarr_chunk_prefix(g->source, array, chunk, buffer, chunk_bytes(array),
                                              needed, &g->errors[task])

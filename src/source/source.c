@@ -526,6 +526,37 @@ size_t zm_source_passes(zm_source *source, zm_source_pass *out, size_t capacity)
     return count;
 }
 
+uint64_t zm_source_chunk_cache_need(const zm_source *source)
+{
+    uint64_t need = 0;
+    for (size_t i = 0; i < source->array_count; i++) {
+        const zm_array *a = source->arrays[i];
+        /* Unfiltered chunks of an HDF5 file are read where they lie
+         * (read_chunked.c): never kept. */
+        if (a->info.layout != ZM_LAYOUT_CHUNKED || (a->zarr == NULL && a->filter_count == 0 &&
+                                                    !a->info.transposed))
+            continue;
+        if (a->info.dtype.type_class == ZM_TYPE_STRING || a->info.dtype.size == 0)
+            return UINT64_MAX;
+        uint64_t bytes = a->info.dtype.size;
+        for (unsigned d = 0; d < a->storage_rank; d++) {
+            if (a->chunk[d] != 0 && bytes > UINT64_MAX / a->chunk[d])
+                return UINT64_MAX;
+            bytes *= a->chunk[d];
+        }
+        if (a->chunk_count != 0 && bytes > (UINT64_MAX - need) / a->chunk_count)
+            return UINT64_MAX;
+        need += bytes * a->chunk_count;
+    }
+    for (size_t m = 0; m < source->modality_count; m++) {
+        uint64_t more = zm_source_chunk_cache_need(source->modalities[m]);
+        if (more > UINT64_MAX - need)
+            return UINT64_MAX;
+        need += more;
+    }
+    return need;
+}
+
 void zm_source_get_stats(zm_source *source, zm_source_stats *stats)
 {
     memset(stats, 0, sizeof *stats);

@@ -18,9 +18,14 @@
 struct zm_synth {
     _Atomic uint64_t limit, held;
     _Atomic uint64_t spilled, spilled_bytes, reclaimed;
-    pthread_mutex_t mutex; /* the retired list */
+    pthread_mutex_t mutex; /* the retired list, the expected count */
     struct zm_walk **retired;
     size_t retired_count, retired_capacity;
+    /* Walks held that a caller said it will retire (zm_synth_walk_expect),
+     * and a retire's signal: a new walk that does not fit waits for them a
+     * while rather than spill (claim_reclaiming). */
+    size_t expected;
+    pthread_cond_t room;
     _Atomic unsigned refs; /* the creator's, and each view's walks' */
 };
 
@@ -62,6 +67,7 @@ struct zm_walk {
      * retired walks (under synth->mutex). */
     int users;
     int listed;
+    int expected; /* counted in synth->expected (under synth->mutex) */
 };
 
 /* A spilled walk of strings: blocks of this size, a buffer a chunk. */

@@ -159,17 +159,38 @@ static int find_next_walk(void *context, const zm_store_node *node, const char *
     return 0;
 }
 
+static uint64_t array_raw_bytes(const zm_store_node *node);
+
 /* Walks the array after a->node (the next walked one in the store's order)
- * and starts encoding it ahead. */
-static void walk_next(struct ahead *a, zm_view *view)
+ * and starts encoding it ahead. With only_if_room, a walk that would not
+ * fit in what walks may hold now (it would spill, while this one's memory
+ * comes back once its chunks are encoded) is not begun: 1 then, the caller
+ * to hand on once this one retires; else 0. */
+static int walk_next(struct ahead *a, zm_view *view, int only_if_room, const zm_store_node *only)
 {
     zm_tree *t = a->tree;
     if (t->closing)
-        return;
+        return 0;
     struct next_walk next = {.view = view, .after = a->node};
     each_array(view, find_next_walk, &next);
-    if (next.found == NULL)
-        return;
+    /* A walk put off is taken on only if no one else took it meanwhile (a
+     * reader walking it hands on to the next itself). */
+    if (next.found == NULL || (only != NULL && next.found != only))
+        return 0;
+    int turn = 0;
+    if (only_if_room) {
+        pthread_mutex_lock(&t->mutex);
+        uint64_t bytes = array_raw_bytes(next.found);
+        if (t->handing_on || bytes > zm_synth_walk_room(t->synth)) {
+            a->hand_on_bytes = bytes;
+            a->hand_on_node = next.found;
+            a->hand_on_after = 1;
+            pthread_mutex_unlock(&t->mutex);
+            return 1;
+        }
+        t->handing_on = turn = 1;
+        pthread_mutex_unlock(&t->mutex);
+    }
     place w;
     char path[1400];
     chunk_place(a->key, next.path, next.found, 0, &w, path, sizeof path);
@@ -180,6 +201,37 @@ static void walk_next(struct ahead *a, zm_view *view)
         zm_cache_release(t->files, &ref);
         start_ahead(t, view, a->key, &w);
     }
+    if (turn) {
+        pthread_mutex_lock(&t->mutex);
+        t->handing_on = 0;
+        pthread_mutex_unlock(&t->mutex);
+    }
+    return 0;
+}
+
+/* After a walk retired: a next walk of the view put off for want of room
+ * (walk_next) is taken on now if it fits. One that never fits is walked
+ * when a reader asks for it, as without encoding ahead. Under no lock; the
+ * caller's thread holds the view, which holds every entry of its own. */
+static void hand_on_put_off(zm_tree *t, zm_view *view)
+{
+    if (t->closing)
+        return;
+    uint64_t room = zm_synth_walk_room(t->synth);
+    struct ahead *go = NULL;
+    const zm_store_node *node = NULL;
+    pthread_mutex_lock(&t->mutex);
+    for (size_t i = 0; go == NULL && i < t->ahead_count; i++) {
+        struct ahead *e = t->ahead[i];
+        if (e->view == view && e->hand_on_after && e->hand_on_bytes <= room) {
+            e->hand_on_after = 0;
+            go = e;
+            node = e->hand_on_node;
+        }
+    }
+    pthread_mutex_unlock(&t->mutex);
+    if (go != NULL)
+        (void)walk_next(go, view, 1, node);
 }
 
 static void *encode_ahead(void *context)
@@ -198,7 +250,7 @@ static void *encode_ahead(void *context)
         a->handed_on = 1;
         pthread_mutex_unlock(&t->mutex);
         if (hand_on)
-            walk_next(a, view);
+            (void)walk_next(a, view, 1, NULL);
         for (uint64_t c; !t->closing && (c = a->next++) < a->chunks;) {
             place w;
             char path[1400];
@@ -216,9 +268,18 @@ static void *encode_ahead(void *context)
         }
         /* Every chunk made: the walk's memory may go to the next walk
          * (zm_synth_walk_retire). Said by whichever thread made the last. */
-        if (!t->closing && a->done >= a->chunks && zm_synth_walk_started(view, a->node))
+        if (!t->closing && a->done >= a->chunks && zm_synth_walk_started(view, a->node)) {
             zm_synth_walk_retire(view, a->node);
+            hand_on_put_off(t, view);
+        }
     }
+    /* The last thread out, every chunk not made (closing, an error): the
+     * walk will not be retired by this encoding after all. */
+    pthread_mutex_lock(&t->mutex);
+    int last = a->running == 1;
+    pthread_mutex_unlock(&t->mutex);
+    if (last && a->done < a->chunks)
+        zm_synth_walk_expect(view, a->node, 0);
     /* The view goes with the last use of a: once it is let go, it may be
      * evicted, and a freed with it (zm__forget_ahead). */
     pthread_mutex_lock(&t->mutex);
@@ -270,6 +331,8 @@ static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place 
         return;
     }
     t->ahead[t->ahead_count++] = a;
+    /* Its walk's memory comes back when every chunk is made (encode_ahead). */
+    zm_synth_walk_expect(view, node, 1);
     a->tree = t;
     a->view = view;
     snprintf(a->key, sizeof a->key, "%s", key);
@@ -296,7 +359,7 @@ static void *hand_on_early(void *context)
 {
     struct ahead *a = context;
     zm_tree *t = a->tree;
-    walk_next(a, a->view); /* held for this thread by start_next_walk_early */
+    walk_next(a, a->view, 0, NULL); /* held for this thread by start_next_walk_early */
     zm__view_release(t, a->view);
     free(a);
     pthread_mutex_lock(&t->mutex);
@@ -438,8 +501,9 @@ static double ahead_position(const ahead_array *a)
  * a reader's own HDF5 reads would then wait behind), and not one larger
  * than what is left of its share of the cache (a walk holds the whole
  * array: a reader that opens an atlas's full/ for its obs must not find
- * the daemon gathering all of X). Readers still walk whatever they ask. */
-static int ahead_may_walk(zm_view *view, const zm_store_node *node, uint64_t room)
+ * the daemon gathering all of X), nor one that would spill. Readers still
+ * walk whatever they ask. */
+static int ahead_may_walk(zm_tree *t, zm_view *view, const zm_store_node *node, uint64_t room)
 {
     if (!zm_synth_walks(view, node) && !(node->producer == ZM_PRODUCE_CELL_STRINGS &&
                                          !zm_view_is_identity(zm_view_of(view, node)) &&
@@ -449,7 +513,22 @@ static int ahead_may_walk(zm_view *view, const zm_store_node *node, uint64_t roo
         return 1; /* walked already: its chunks are cut, not gathered */
     if (node->producer == ZM_PRODUCE_CELL_STRINGS)
         return 0;
-    return array_raw_bytes(node) <= room;
+    /* Nor one of more than an eighth of what walks may hold (nothing
+     * retires a walk made here: it would keep from a reader's walk the room
+     * that spares it a spill), nor one that does not fit now, nor any while a reader walks the store in its order (tar,
+     * cp -r): encoding ahead walks each next array as room comes back, and
+     * a walk made here, which nothing retires, would take that room. */
+    zm_synth_walk_stats walks;
+    zm_synth_get_walk_stats(t->synth, &walks);
+    uint64_t raw = array_raw_bytes(node);
+    if (raw > room || raw > walks.limit_bytes / 8 || raw > zm_synth_walk_room(t->synth))
+        return 0;
+    int walking = 0;
+    pthread_mutex_lock(&t->mutex);
+    for (size_t i = 0; i < t->ahead_count && !walking; i++)
+        walking = t->ahead[i]->view == view && t->ahead[i]->running > 0;
+    pthread_mutex_unlock(&t->mutex);
+    return !walking;
 }
 
 typedef struct ahead_worker {
@@ -498,7 +577,7 @@ static int ahead_run(zm_tree *t, view_stats *vs, zm_view *view)
         }
         if (a == NULL)
             break; /* every chunk made */
-        if (a->next == 0 && !ahead_may_walk(view, a->node, bound - (made < bound ? made : bound))) {
+        if (a->next == 0 && !ahead_may_walk(t, view, a->node, bound - (made < bound ? made : bound))) {
             a->next = a->chunks; /* left to readers */
             continue;
         }

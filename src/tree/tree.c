@@ -638,8 +638,15 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
         rc = zm_err_set(err, -ENOMEM, "out of memory");
     if (rc == 0)
         rc = zm_source_open(options->source, &so, &t->source, err);
-    if (rc == 0)
+    if (rc == 0) {
+        /* What the decoded-chunk cache can never use goes to walks: a
+         * source of contiguous datasets fits its walks in memory, not in
+         * spill files. */
+        uint64_t need = zm_source_chunk_cache_need(t->source), quarter = memory / 4;
+        if (need < quarter)
+            zm_synth_set_walk_memory(t->synth, memory / 4 + (quarter - need));
         rc = zm_source_default_block_size(t->source, &t->b0, err);
+    }
     if (rc == 0 && t->index_int32)
         rc = zm_view_index_int32_check(t->source, err); /* refused now, not view by view */
     if (rc == 0) {

@@ -186,6 +186,9 @@ struct zm_tree {
     struct ahead **ahead;
     size_t ahead_count;
     int ahead_running;
+    /* A next array being walked by encoding ahead where it fits (walk_next):
+     * one at a time, so that two never take the same room. */
+    int handing_on;
     unsigned ahead_threads;
     _Atomic int closing;      /* encoding ahead stops at its next chunk */
     /* Synthesis ahead: a view's workers stop when no reader has asked
@@ -322,6 +325,10 @@ struct ahead {
     uint64_t chunks;
     _Atomic uint64_t next;
     int handed_on;            /* the next array's walk was taken on (under the tree's mutex) */
+    int hand_on_after;        /* ... put off: it did not fit beside the walks held (walked
+                               * then, it would spill); taken on when a retire makes room */
+    uint64_t hand_on_bytes;   /* what that walk will hold */
+    const zm_store_node *hand_on_node; /* and its array */
     view_stats *stats;        /* the view's counters */
     /* Progress, for stats.json and the log. */
     _Atomic uint64_t done; /* chunks encoded (or found made) */
