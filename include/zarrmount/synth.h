@@ -53,6 +53,9 @@ void zm_synth_get_walk_stats(const zm_synth *synth, zm_synth_walk_stats *out);
 int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node,
                    const uint64_t *coords, uint8_t **raw, size_t *raw_size, size_t *typesize,
                    int *borrowed, zm_err *err);
+/* Whether zm_synth_chunk would lend the chunk at coords now (a whole chunk
+ * of a walk in memory, its values as they lie). */
+int zm_synth_chunk_lends(const zm_view *view, const zm_store_node *node, const uint64_t *coords);
 /* The end of a chunk's use: a malloc'd one freed, a borrowed one's walk let
  * go (it is not taken back while borrowed from). */
 void zm_synth_chunk_done(const zm_view *view, const zm_store_node *node, uint8_t *raw,
@@ -68,6 +71,14 @@ void zm_synth_walk_retire(const zm_view *view, const zm_store_node *node);
  * fit in what walks may hold waits a while (at most 2 s) for an expected
  * walk to retire, rather than spill. */
 void zm_synth_walk_expect(const zm_view *view, const zm_store_node *node, int expect);
+/* With codec none, whole chunks of a walk in memory are served from the
+ * walk itself (zm_synth_chunk lends them) rather than copied into a cache:
+ * the last byte of row chunk `chunk` served is said here. Once every row
+ * chunk has been, the walk is retired (as by zm_synth_walk_retire) and 1
+ * returned; else 0. */
+int zm_synth_walk_served(const zm_view *view, const zm_store_node *node, uint64_t chunk);
+/* Makes the array's walk now unless it is made (walking ahead of a reader). */
+int zm_synth_walk_make(zm_synth *synth, zm_view *view, const zm_store_node *node, zm_err *err);
 
 /* Whether an array's chunks are cut from a one-pass walk of all of it
  * (per-cell values of a reordered view, in more than one chunk). */

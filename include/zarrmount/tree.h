@@ -118,6 +118,12 @@ int zm__tree_list(zm_tree *tree, const char *path, zm__tree_emit emit, void *con
  * bytes read (fewer only at the end of the file). */
 int zm__tree_read(zm_tree *tree, const char *path, uint64_t offset, size_t size, void *buffer,
                   size_t *done, zm_err *err);
+/* zm__tree_read with no copy: on success send is called once with the
+ * bytes (done of them, maybe none) where they lie, held until it returns
+ * (the FUSE layer replies from there); on failure it is not called. */
+typedef void (*zm__tree_sink)(void *context, const void *bytes, size_t size);
+int zm__tree_send(zm_tree *tree, const char *path, uint64_t offset, size_t size,
+                  zm__tree_sink send, void *context, size_t *done, zm_err *err);
 
 /* What a path is, for `zarrmount explain`, as a JSON object (a json_t *):
  * a directory or a .zarrmount file ("kind": "directory" or "file", with

@@ -676,6 +676,25 @@ static void zm__op_open(fuse_req_t req, fuse_ino_t inode, struct fuse_file_info 
         zm__file_forget(fs, file);
 }
 
+/* A read's reply, sent by the tree while it holds the bytes. */
+struct read_reply {
+    zm__fs *fs;
+    fuse_req_t req;
+    const char *path;
+    off_t offset;
+    size_t size;
+    int sent;
+};
+
+static void reply_read(void *context, const void *bytes, size_t size)
+{
+    struct read_reply *r = context;
+    ZM__TRACE(r->fs, r->req, "read %s at %lld, %zu bytes: %zu", r->path, (long long)r->offset,
+              r->size, size);
+    r->sent = 1;
+    fuse_reply_buf(r->req, bytes, size);
+}
+
 static void zm__op_read(fuse_req_t req, fuse_ino_t inode, size_t size, off_t offset,
                         struct fuse_file_info *fi)
 {
@@ -711,24 +730,15 @@ static void zm__op_read(fuse_req_t req, fuse_ino_t inode, size_t size, off_t off
         free(owned);
         return;
     }
-    /* Up to ZM__MAX_READ bytes; after the first, glibc serves blocks this
-     * size from its heap rather than mapping and unmapping each one. */
-    char *buffer = malloc(size > 0 ? size : 1);
-    if (buffer == NULL) {
-        zm__reply_failure(fs, req, "read", path, -ENOMEM, NULL);
-        free(owned);
-        return;
-    }
+    /* The reply is sent from where the bytes lie (the file cache's entry),
+     * with no copy on the way. */
+    struct read_reply reply = {fs, req, path, offset, size, 0};
     size_t done = 0;
-    rc = zm__tree_read(fs->tree, path, (uint64_t)offset, size, buffer, &done, &err);
-    if (rc != 0) {
+    rc = zm__tree_send(fs->tree, path, (uint64_t)offset, size, reply_read, &reply, &done, &err);
+    if (rc != 0)
         zm__reply_failure(fs, req, "read", path, rc, &err);
-    } else {
-        done = done < size ? done : size;
-        ZM__TRACE(fs, req, "read %s at %lld, %zu bytes: %zu", path, (long long)offset, size, done);
-        fuse_reply_buf(req, buffer, done);
-    }
-    free(buffer);
+    else if (!reply.sent)
+        reply_read(&reply, NULL, 0);
     free(owned);
 }
 

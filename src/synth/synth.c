@@ -609,6 +609,22 @@ static void unshift_indices(uint8_t *values, uint64_t count, size_t size, uint64
     }
 }
 
+int zm_synth_chunk_lends(const zm_view *view, const zm_store_node *node, const uint64_t *coords)
+{
+    const zm_zarr_array_meta *m = &node->meta;
+    if (m->rank == 0 || node->producer == ZM_PRODUCE_CELL_STRINGS ||
+        node->producer == ZM_PRODUCE_STRINGS || node->producer == ZM_PRODUCE_STRING_SCALAR ||
+        node->value_size == 0 || (coords[0] + 1) * m->chunks[0] > m->shape[0])
+        return 0;
+    /* As zm_synth_chunk: shifted or narrowed values are made, not lent. */
+    if ((node->producer == ZM_PRODUCE_ENTRIES && node->part == ZM_PART_INDICES &&
+         node->element->window != NULL && node->element->window_first != 0) ||
+        (node->index_int32 && node->value_size != 4))
+        return 0;
+    view = zm_view_of((zm_view *)view, node);
+    return zm_synth_walks(view, node) && zm__walk_in_memory(view, node);
+}
+
 int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, const uint64_t *coords,
                    uint8_t **raw, size_t *raw_size, size_t *typesize, int *borrowed, zm_err *err)
 {

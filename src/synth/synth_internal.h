@@ -68,6 +68,10 @@ struct zm_walk {
     int users;
     int listed;
     int expected; /* counted in synth->expected (under synth->mutex) */
+    /* Row chunks served from the walk to their last byte (codec none:
+     * zm_synth_walk_served), under mutex: once all are, it retires. */
+    uint8_t *served;
+    uint64_t served_count;
 };
 
 /* A spilled walk of strings: blocks of this size, a buffer a chunk. */
@@ -83,6 +87,8 @@ struct zm_walk {
 int zm__walk_of(zm_synth *synth, zm_view *view, const zm_store_node *node, struct zm_walk **out,
                 zm_err *err);
 void zm__walk_put(struct zm_walk *w);
+/* Whether the array's walk is made and in memory now (not spilled). */
+int zm__walk_in_memory(const zm_view *view, const zm_store_node *node);
 /* Batches of a walk: bytes of their buffer, and their rows. */
 uint64_t zm__batch_bytes(const zm_synth *synth);
 uint64_t zm__batch_rows(const zm_synth *synth);

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "zarrmount/log.h"
+
 #include "synth_internal.h"
 
 /* ---- What a mount gives walks -------------------------------------------------- */
@@ -129,6 +131,9 @@ static void release_values(struct zm_walk *w)
     w->bytes = NULL;
     zm_strings_free(&w->strings);
     memset(&w->strings, 0, sizeof w->strings);
+    free(w->served);
+    w->served = NULL;
+    w->served_count = 0;
     if (w->claimed)
         atomic_fetch_sub(&w->synth->held, w->size);
     w->claimed = 0;
@@ -230,6 +235,7 @@ static void walk_free(struct zm_walk *walk)
     if (walk->fd >= 0)
         close(walk->fd);
     zm_strings_free(&walk->strings);
+    free(walk->served);
     pthread_mutex_destroy(&walk->mutex);
     free(walk);
 }
@@ -345,6 +351,17 @@ int zm_synth_walk_started(const zm_view *view, const zm_store_node *node)
     return walk_found(view, node) != NULL;
 }
 
+int zm__walk_in_memory(const zm_view *view, const zm_store_node *node)
+{
+    struct zm_walk *w = walk_found(view, node);
+    if (w == NULL)
+        return 0;
+    pthread_mutex_lock(&w->mutex);
+    int in = w->state == 1 && w->bytes != NULL;
+    pthread_mutex_unlock(&w->mutex);
+    return in;
+}
+
 /* Under s->mutex: w no longer expected to retire. */
 static void unexpect_locked(zm_synth *s, struct zm_walk *w)
 {
@@ -394,6 +411,37 @@ void zm_synth_walk_retire(const zm_view *view, const zm_store_node *node)
         w->listed = 1;
     }
     pthread_mutex_unlock(&s->mutex);
+}
+
+int zm_synth_walk_served(const zm_view *view, const zm_store_node *node, uint64_t chunk)
+{
+    struct zm_walk *w = walk_found(view, node);
+    uint64_t chunks = node->meta.rank ? node->grid[0] : 1;
+    if (w == NULL || chunk >= chunks)
+        return 0;
+    int all = 0;
+    pthread_mutex_lock(&w->mutex);
+    if (w->state == 1 && w->bytes != NULL) {
+        if (w->served == NULL)
+            w->served = calloc((size_t)chunks, 1);
+        if (w->served != NULL && !w->served[chunk]) {
+            w->served[chunk] = 1;
+            all = ++w->served_count == chunks;
+        }
+    }
+    pthread_mutex_unlock(&w->mutex);
+    if (all)
+        zm_synth_walk_retire(view, node);
+    return all;
+}
+
+int zm_synth_walk_make(zm_synth *synth, zm_view *view, const zm_store_node *node, zm_err *err)
+{
+    struct zm_walk *w = NULL;
+    int rc = zm__walk_of(synth, zm_view_of(view, node), node, &w, err);
+    if (rc == 0 && w != NULL)
+        zm__walk_put(w);
+    return rc;
 }
 
 /* A use of a walk's values (zm__walk_of) ends. */
@@ -602,6 +650,10 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
     if (w->size == 0)
         return 0;
     w->claimed = claim_reclaiming(w->size, w);
+    if (!w->claimed)
+        zm_log(LOG_DEBUG, "a walk of %zu bytes spills: walks hold %" PRIu64 " of %" PRIu64
+               " bytes, %zu expected to retire", w->size, (uint64_t)atomic_load(&w->synth->held),
+               (uint64_t)atomic_load(&w->synth->limit), w->synth->expected);
     int batches = zm__can_spill(view, node), in_order = !batches && zm__renumbered(view, node);
     if (!w->claimed && batches)
         return zm__batch_walk(view, node, w);

@@ -160,6 +160,7 @@ static int find_next_walk(void *context, const zm_store_node *node, const char *
 }
 
 static uint64_t array_raw_bytes(const zm_store_node *node);
+static void chain_walk(zm_tree *t, zm_view *view, const char *key, const place *w);
 
 /* Walks the array after a->node (the next walked one in the store's order)
  * and starts encoding it ahead. With only_if_room, a walk that would not
@@ -196,8 +197,21 @@ static int walk_next(struct ahead *a, zm_view *view, int only_if_room, const zm_
     chunk_place(a->key, next.path, next.found, 0, &w, path, sizeof path);
     zm_cache_ref ref;
     zm_err err;
-    /* Making chunk 0 walks the array; encoding its others starts. */
-    if (zm__file_in_cache(t, view, a->stats, path, &w, &ref, &err) == 0) {
+    if (t->codec.kind == ZM_CODEC_NONE) {
+        /* Nothing to encode: the walk is made, for its reader to be served
+         * from, and the one after it taken on. */
+        zm_source_tally *previous = zm_source_tally_set(zm__tally_of(a->stats, view, next.found));
+        int made = zm_synth_walk_make(t->synth, view, next.found, &err) == 0;
+        zm_source_tally_set(previous);
+        if (turn) { /* the next hand-on is the chain's own */
+            pthread_mutex_lock(&t->mutex);
+            t->handing_on = turn = 0;
+            pthread_mutex_unlock(&t->mutex);
+        }
+        if (made)
+            chain_walk(t, view, a->key, &w);
+    } else if (zm__file_in_cache(t, view, a->stats, path, &w, &ref, &err) == 0) {
+        /* Making chunk 0 walks the array; encoding its others starts. */
         zm_cache_release(t->files, &ref);
         start_ahead(t, view, a->key, &w);
     }
@@ -311,9 +325,10 @@ static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place 
      * chunks are then read from the disk ahead of the reader), and only
      * what the cache can hold encoded (taken as half the raw size, a low
      * estimate of what the codecs give on single-cell values); a larger
-     * array is encoded as it is read. */
-    if (t->closing || t->codec.kind == ZM_CODEC_NONE || (!zm_synth_walk_started(view, node) && t->disk == NULL) ||
-        chunks < 4 ||
+     * array is encoded as it is read. With codec none there is nothing to
+     * encode: a walk's chunks are served from it (zm__walk_chain). */
+    if (t->closing || t->codec.kind == ZM_CODEC_NONE ||
+        (!zm_synth_walk_started(view, node) && t->disk == NULL) || chunks < 4 ||
         raw / 2 > t->cache_bytes)
         return;
     pthread_mutex_lock(&t->mutex);
@@ -351,6 +366,120 @@ static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place 
             a->running--;
             zm__view_hold_locked(t, view, -1);
         }
+    }
+    pthread_mutex_unlock(&t->mutex);
+}
+
+/* The view key of a chunk's full path ("<view key>/<store path>/<chunk
+ * key>"): 1, or 0 with key empty. */
+static int view_key_of(const char *full_path, const place *w, char key[ZM__VIEW_KEY])
+{
+    key[0] = 0;
+    const char *chunk = strrchr(full_path, '/');
+    size_t tail = strlen(w->store_path) + (chunk ? strlen(chunk) : 0) + 1;
+    size_t length = strlen(full_path);
+    if (chunk && length > tail && length - tail < ZM__VIEW_KEY)
+        snprintf(key, ZM__VIEW_KEY, "%.*s", (int)(length - tail), full_path);
+    return key[0] != 0;
+}
+
+/* ---- Walking ahead, with codec none ----------------------------------------------- */
+
+static void *walk_on(void *context)
+{
+    struct ahead *a = context; /* the array's entry: its view held for this thread */
+    zm_tree *t = a->tree;
+    zm_view *view = a->view;
+    (void)walk_next(a, view, 1, NULL);
+    pthread_mutex_lock(&t->mutex);
+    zm__view_release_locked(t, view);
+    t->ahead_running--;
+    pthread_cond_broadcast(&t->changed);
+    pthread_mutex_unlock(&t->mutex);
+    return NULL;
+}
+
+/* The walk of the array at w (made) is served from: the next array's walk
+ * is made on a thread of its own while the reader reads this one, if it
+ * fits beside the walks held (else once a walk retires: hand_on_put_off),
+ * and so on along the store. Once per array. */
+static void chain_walk(zm_tree *t, zm_view *view, const char *key, const place *w)
+{
+    if (t->closing)
+        return;
+    pthread_mutex_lock(&t->mutex);
+    for (size_t i = 0; i < t->ahead_count; i++)
+        if (t->ahead[i]->node == w->node) {
+            pthread_mutex_unlock(&t->mutex);
+            return;
+        }
+    struct ahead **list = realloc(t->ahead, (t->ahead_count + 1) * sizeof *list);
+    struct ahead *a = list ? calloc(1, sizeof *a) : NULL;
+    if (list)
+        t->ahead = list;
+    if (a == NULL) {
+        pthread_mutex_unlock(&t->mutex);
+        return;
+    }
+    t->ahead[t->ahead_count++] = a;
+    a->tree = t;
+    a->view = view;
+    snprintf(a->key, sizeof a->key, "%s", key);
+    snprintf(a->store_path, sizeof a->store_path, "%s", w->store_path);
+    a->node = w->node;
+    a->stats = zm__stats_for(t, key);
+    a->handed_on = 1;
+    t->ahead_running++;
+    zm__view_hold_locked(t, view, 1);
+    if (start_worker(walk_on, a, 0) != 0) {
+        t->ahead_running--;
+        zm__view_hold_locked(t, view, -1);
+    }
+    pthread_mutex_unlock(&t->mutex);
+}
+
+/* A walk retired on a thread of its own: what was put off is taken on. */
+struct retired_walk {
+    zm_tree *tree;
+    zm_view *view; /* held for the thread */
+};
+
+static void *after_retire(void *context)
+{
+    struct retired_walk r = *(struct retired_walk *)context;
+    free(context);
+    hand_on_put_off(r.tree, r.view);
+    pthread_mutex_lock(&r.tree->mutex);
+    zm__view_release_locked(r.tree, r.view);
+    r.tree->ahead_running--;
+    pthread_cond_broadcast(&r.tree->changed);
+    pthread_mutex_unlock(&r.tree->mutex);
+    return NULL;
+}
+
+void zm__walk_chain(zm_tree *t, zm_view *view, const char *full_path, const place *w)
+{
+    char key[ZM__VIEW_KEY];
+    if (t->codec.kind == ZM_CODEC_NONE && w->file == F_CHUNK && view_key_of(full_path, w, key) &&
+        zm_synth_walk_started(view, w->node))
+        chain_walk(t, view, key, w);
+}
+
+void zm__walk_retired(zm_tree *t, zm_view *view)
+{
+    struct retired_walk *r = malloc(sizeof *r);
+    if (r == NULL || t->closing) {
+        free(r);
+        return;
+    }
+    *r = (struct retired_walk){t, view};
+    pthread_mutex_lock(&t->mutex);
+    t->ahead_running++;
+    zm__view_hold_locked(t, view, 1);
+    if (start_worker(after_retire, r, 0) != 0) {
+        t->ahead_running--;
+        zm__view_hold_locked(t, view, -1);
+        free(r);
     }
     pthread_mutex_unlock(&t->mutex);
 }
@@ -402,22 +531,16 @@ static void ahead_raise(view_stats *vs, const zm_store_node *node);
 int zm__with_file(zm_tree *t, zm_view *view, view_stats *vs, const char *full_path,
                   const place *w, zm_cache_ref *ref, zm_err *err)
 {
-    /* full_path is "<view key>/<store path>/<chunk key>". */
     char key[ZM__VIEW_KEY] = "";
-    if (w->file == F_CHUNK) {
-        const char *chunk = strrchr(full_path, '/');
-        size_t tail = strlen(w->store_path) + (chunk ? strlen(chunk) : 0) + 1;
-        size_t length = strlen(full_path);
-        if (chunk && length > tail && length - tail < sizeof key)
-            snprintf(key, sizeof key, "%.*s", (int)(length - tail), full_path);
-    }
+    if (w->file == F_CHUNK)
+        (void)view_key_of(full_path, w, key);
     if (key[0])
         start_next_walk_early(t, view, key, w);
     ahead_raise(vs, w->node);
     int rc = zm__file_in_cache(t, view, vs, full_path, w, ref, err);
     if (rc == 0 && key[0] &&
         (zm_synth_walk_started(view, w->node) ||
-         (t->disk != NULL && !t->kernel_reads_kept && zm__kept_on_disk(view, w->node))))
+         (t->disk != NULL && !t->kernel_reads_kept && zm__kept_on_disk(t, view, w->node))))
         start_ahead(t, view, key, w);
     return rc;
 }

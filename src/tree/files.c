@@ -144,9 +144,15 @@ static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size
 
 /* Whether an array's chunks are worth keeping across mounts: those cut
  * from a walk (making one again means walking the whole array), and per-cell
- * strings of a reordered view (read whole through HDF5, on one core). */
-int zm__kept_on_disk(const zm_view *view, const zm_store_node *node)
+ * strings of a reordered view (read whole through HDF5, on one core). With
+ * codec none a walk's chunks are not: they are served from the walk itself
+ * (read_target), never copied, and a kept one would be as large as the
+ * source's bytes it was cut from. */
+int zm__kept_on_disk(const zm_tree *t, const zm_view *view, const zm_store_node *node)
 {
+    if (t->codec.kind == ZM_CODEC_NONE && node->producer != ZM_PRODUCE_CELL_STRINGS &&
+        node->producer != ZM_PRODUCE_STRINGS)
+        return 0;
     return zm_synth_walks(view, node) ||
            (node->producer == ZM_PRODUCE_CELL_STRINGS &&
             !zm_view_is_identity(zm_view_of(view, node)) && node->meta.rank > 0);
@@ -174,6 +180,24 @@ static void kept_failed(zm_tree *t, int rc, const zm_err *err)
 
 /* Makes a file's bytes (the cache's loader), counted for its view: what it
  * reads from the source (on this thread and on the pool's for it) too. */
+/* The modality of a view a node is of (its index among the view's parts),
+ * or -1: a node of the view's own. */
+static int modality_of(zm_view *view, const zm_store_node *node)
+{
+    size_t part = 0;
+    if (node == NULL || node->view == NULL)
+        return -1;
+    while (part < zm_view_part_count(view) && zm_view_part(view, part) != node->view)
+        part++;
+    return part >= ZM__STATS_MODALITIES || part >= zm_view_part_count(view) ? -1 : (int)part;
+}
+
+zm_source_tally *zm__tally_of(view_stats *vs, zm_view *view, const zm_store_node *node)
+{
+    int part = modality_of(view, node);
+    return part < 0 ? &vs->source : &vs->modality[part].source;
+}
+
 static int make_file(void *context, uint8_t **bytes, size_t *size, zm_err *err)
 {
     struct make_context *c = context;
@@ -183,14 +207,9 @@ static int make_file(void *context, uint8_t **bytes, size_t *size, zm_err *err)
         c->stats->documents_made++;
     /* A modality's file (under mod/NAME/ of a MuData view): counted in the
      * modality's tally, which the view's counters add to its own. */
-    const zm_store_node *node = c->where->node;
-    size_t part = 0;
-    if (node != NULL && node->view != NULL) {
-        while (part < zm_view_part_count(c->view) && zm_view_part(c->view, part) != node->view)
-            part++;
-    }
-    if (node == NULL || node->view == NULL || part >= ZM__STATS_MODALITIES ||
-        part >= zm_view_part_count(c->view)) {
+    int modality = modality_of(c->view, c->where->node);
+    size_t part = modality < 0 ? 0 : (size_t)modality;
+    if (modality < 0) {
         zm_source_tally *previous = zm_source_tally_set(&c->stats->source);
         int rc = make_file_bytes(c, bytes, size, err);
         zm_source_tally_set(previous);
@@ -227,7 +246,7 @@ static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size
          * it again means walking the whole array. */
         zm_tree *t = c->tree;
         char disk_key[2048] = "";
-        if (t->disk != NULL && zm__kept_on_disk(c->view, w->node)) {
+        if (t->disk != NULL && zm__kept_on_disk(t, c->view, w->node)) {
             disk_key_of(t, c->key, disk_key, sizeof disk_key);
             zm_err miss;
             zm_err_clear(&miss);
@@ -469,7 +488,7 @@ int zm__file_in_cache(zm_tree *t, zm_view *view, view_stats *vs, const char *ful
  * bytes are checked when they are read: made again, they are the same). */
 int zm__kept_size(zm_tree *t, zm_view *view, const char *path, const place *w, uint64_t *size)
 {
-    if (t->disk == NULL || w->file != F_CHUNK || !zm__kept_on_disk(view, w->node))
+    if (t->disk == NULL || w->file != F_CHUNK || !zm__kept_on_disk(t, view, w->node))
         return 0;
     char key_text[1600], disk_key[2048];
     file_key_text(view, path, w, key_text, sizeof key_text);
@@ -503,7 +522,7 @@ static int kept_entry(zm_tree *t, const char *path, zm_view **view_out, view_sta
         return rc;
     place w;
     rc = zm__locate(view, tg.rest, &w, err);
-    if (rc == 0 && (w.file != F_CHUNK || !zm__kept_on_disk(view, w.node)))
+    if (rc == 0 && (w.file != F_CHUNK || !zm__kept_on_disk(t, view, w.node)))
         rc = zm_err_set(err, -ENOENT, "%s: not kept on disk", path);
     if (rc != 0) {
         zm__view_release(t, view);

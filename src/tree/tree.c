@@ -476,31 +476,45 @@ int zm__tree_list(zm_tree *t, const char *path, zm__tree_emit emit, void *contex
     return rc;
 }
 
+/* The bytes of a read, from offset, at most size of them: to send. */
+static void send_part(const uint8_t *bytes, uint64_t total, uint64_t offset, size_t size,
+                      zm__tree_sink send, void *context, size_t *done)
+{
+    *done = offset < total ? (total - offset < size ? (size_t)(total - offset) : size) : 0;
+    send(context, *done ? bytes + offset : bytes, *done);
+}
+
 static int read_target(zm_tree *t, const char *path, const target *target_in, uint64_t serial,
-                       view_stats *vs, uint64_t offset, size_t size, void *buffer, size_t *done,
-                       zm_err *err)
+                       view_stats *vs, uint64_t offset, size_t size, zm__tree_sink send,
+                       void *context, size_t *done, zm_err *err)
 {
     target tg = *target_in;
     int rc;
     if (tg.kind == T_STATS_FILE) {
         /* The snapshot of the lookup that gave the inode (serial), or
-         * the newest for STATS_PATH itself. */
+         * the newest for STATS_PATH itself: its part copied under the
+         * lock, sent outside it. */
+        uint8_t *part = NULL;
+        size_t length = 0;
         pthread_mutex_lock(&t->stats_mutex);
         snapshot *s = zm__find_snapshot(t, serial);
         if (s != NULL && offset < s->size) {
-            *done = s->size - offset < size ? s->size - offset : size;
-            memcpy(buffer, s->bytes + offset, *done);
+            length = s->size - offset < size ? s->size - offset : size;
+            part = malloc(length);
+            if (part != NULL)
+                memcpy(part, s->bytes + offset, length);
         }
         pthread_mutex_unlock(&t->stats_mutex);
         if (s == NULL && serial != 0)
             return zm_err_set(err, -ESTALE, "%s: this snapshot is gone: open the file again", path);
+        if (length > 0 && part == NULL)
+            return zm_err_set(err, -ENOMEM, "%s: out of memory", path);
+        send_part(part, length, 0, length, send, context, done);
+        free(part);
         return 0;
     }
     if (tg.kind == T_INFO_FILE) {
-        if (offset < t->info_size) {
-            *done = t->info_size - offset < size ? t->info_size - offset : size;
-            memcpy(buffer, t->info + offset, *done);
-        }
+        send_part((const uint8_t *)t->info, t->info_size, offset, size, send, context, done);
         return 0;
     }
     if (tg.kind != T_VIEW)
@@ -513,25 +527,55 @@ static int read_target(zm_tree *t, const char *path, const target *target_in, ui
     rc = zm__locate(view, tg.rest, &w, err);
     if (rc == 0 && w.file == F_NONE)
         rc = zm_err_set(err, -EISDIR, "%s: a directory", path);
-    if (rc == 0) {
+    /* With codec none, a whole chunk of a walk in memory is its bytes as
+     * they lie there: served from the walk, never copied into the cache. */
+    int walked = rc == 0 && w.file == F_CHUNK && t->codec.kind == ZM_CODEC_NONE &&
+                 w.node->meta.rank > 0 && zm_synth_walks(view, w.node);
+    int sent = 0;
+    uint64_t file_size = 0;
+    if (walked && zm_synth_chunk_lends(view, w.node, w.coords)) {
+        uint8_t *raw;
+        size_t raw_size, typesize;
+        int borrowed = 0;
+        zm_source_tally *previous = zm_source_tally_set(zm__tally_of(vs, view, w.node));
+        rc = zm_synth_chunk(t->synth, view, w.node, w.coords, &raw, &raw_size, &typesize,
+                            &borrowed, err);
+        zm_source_tally_set(previous);
+        if (rc != 0) {
+            vs->failed++;
+        } else {
+            /* Not lent after all (taken back meanwhile and spilled when made
+             * again): the copy made is served, once. */
+            send_part(raw, raw_size, offset, size, send, context, done);
+            zm_synth_chunk_done(view, w.node, raw, borrowed);
+            file_size = raw_size;
+            sent = 1;
+            if (offset == 0)
+                zm__walk_chain(t, view, path, &w);
+        }
+    }
+    if (rc == 0 && !sent) {
         zm_cache_ref ref;
         rc = zm__with_file(t, view, vs, path, &w, &ref, err);
         if (rc != 0)
             vs->failed++;
         if (rc == 0) {
-            if (offset < ref.size) {
-                *done = ref.size - offset < size ? ref.size - offset : size;
-                memcpy(buffer, ref.bytes + offset, *done);
-            }
+            send_part(ref.bytes, ref.size, offset, size, send, context, done);
+            file_size = ref.size;
             zm_cache_release(t->files, &ref);
         }
     }
+    /* Its last byte served: once all of a walk's chunks are, the walk's
+     * memory may go to the next (zm_synth_walk_served). */
+    if (rc == 0 && walked && offset + *done >= file_size &&
+        zm_synth_walk_served(view, w.node, w.coords[0]))
+        zm__walk_retired(t, view);
     zm__view_release(t, view);
     return rc;
 }
 
-int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, void *buffer,
-                  size_t *done, zm_err *err)
+int zm__tree_send(zm_tree *t, const char *path, uint64_t offset, size_t size, zm__tree_sink send,
+                  void *context, size_t *done, zm_err *err)
 {
     int64_t began = zm__monotonic_ns();
     *done = 0;
@@ -541,7 +585,7 @@ int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, vo
     view_stats *vs = rc == 0 ? zm__stats_of_target(t, &tg) : &t->outside;
     vs->reads++;
     if (rc == 0) {
-        rc = read_target(t, path, &tg, serial, vs, offset, size, buffer, done, err);
+        rc = read_target(t, path, &tg, serial, vs, offset, size, send, context, done, err);
         zm__target_clear(&tg);
     }
     if (rc == 0)
@@ -550,6 +594,18 @@ int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, vo
         zm__note_refusal(t, vs, path, err);
     vs->busy_nanoseconds += (uint64_t)(zm__monotonic_ns() - began);
     return rc;
+}
+
+static void copy_out(void *buffer, const void *bytes, size_t size)
+{
+    if (size > 0)
+        memcpy(buffer, bytes, size);
+}
+
+int zm__tree_read(zm_tree *t, const char *path, uint64_t offset, size_t size, void *buffer,
+                  size_t *done, zm_err *err)
+{
+    return zm__tree_send(t, path, offset, size, copy_out, buffer, done, err);
 }
 
 int zm__tree_readlink(zm_tree *t, const char *path, char *target_out, size_t size, zm_err *err)
@@ -631,6 +687,14 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
         rc = zm_codec_parse(options->codec, &t->codec, err);
     else
         t->codec = zm_codec_default();
+    uint64_t walks = memory / 4;
+    if (rc == 0 && t->codec.kind == ZM_CODEC_NONE) {
+        /* A walked array's chunks are then served from its walk, never
+         * kept in the file cache: most of the file cache's share goes to
+         * walks (what is left holds documents and the other chunks). */
+        t->cache_bytes = memory / 8 ? memory / 8 : 1;
+        walks += memory / 2 - memory / 8;
+    }
     zm_source_options so = {.threads = options->threads,
                             .layout_anndata = options->layout_anndata,
                             .chunk_cache_bytes = memory / 4 ? (size_t)(memory / 4) : 1};
@@ -643,8 +707,7 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
          * source of contiguous datasets fits its walks in memory, not in
          * spill files. */
         uint64_t need = zm_source_chunk_cache_need(t->source), quarter = memory / 4;
-        if (need < quarter)
-            zm_synth_set_walk_memory(t->synth, memory / 4 + (quarter - need));
+        zm_synth_set_walk_memory(t->synth, walks + (need < quarter ? quarter - need : 0));
         rc = zm_source_default_block_size(t->source, &t->b0, err);
     }
     if (rc == 0 && t->index_int32)

@@ -373,7 +373,10 @@ int zm__view_built(zm_tree *t, const char *key);
 /* The size of a file made before, by its key (1), or 0. */
 int zm__size_get(zm_tree *t, uint64_t key, uint64_t *size);
 /* Whether an array's chunks are kept on disk across mounts. */
-int zm__kept_on_disk(const zm_view *view, const zm_store_node *node);
+int zm__kept_on_disk(const zm_tree *t, const zm_view *view, const zm_store_node *node);
+/* Where the source reads made for a node of view count (zm_source_tally_set):
+ * the view's tally, or its modality's. */
+zm_source_tally *zm__tally_of(view_stats *vs, zm_view *view, const zm_store_node *node);
 /* Files what is queued, then stops the disk writer. */
 void zm__stop_disk_writer(zm_tree *t);
 /* A file's size without making it, when geometry gives it (1), or 0. */
@@ -415,6 +418,13 @@ int zm__with_file(zm_tree *t, zm_view *view, view_stats *vs, const char *full_pa
 int64_t zm__monotonic_ns(void);
 /* A reader asked something of the view: its synthesis ahead starts if it may. */
 void zm__ahead_touch(zm_tree *t, view_stats *vs);
+/* With codec none, a chunk of a walked array served from its walk (at
+ * full_path, w): the walks of the arrays after it are made ahead, one
+ * after another as they fit (ahead.c). */
+void zm__walk_chain(zm_tree *t, zm_view *view, const char *full_path, const place *w);
+/* A walk of view retired as its reader read its last chunk: walks put off
+ * for want of room are taken on (ahead.c, on a thread of their own). */
+void zm__walk_retired(zm_tree *t, zm_view *view);
 /* A reader waits for a view to be let go: every worker runs at normal priority. */
 void zm__ahead_make_way(zm_tree *t);
 

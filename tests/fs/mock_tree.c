@@ -582,3 +582,16 @@ int zm__tree_changes(zm_tree *tree, const char *path)
     (void)path;
     return 0;
 }
+
+int zm__tree_send(zm_tree *tree, const char *path, uint64_t offset, size_t size,
+                  zm__tree_sink send, void *context, size_t *done, zm_err *err)
+{
+    uint8_t *buffer = malloc(size ? size : 1);
+    if (buffer == NULL)
+        return zm_err_set(err, -ENOMEM, "mock: out of memory");
+    int rc = zm__tree_read(tree, path, offset, size, buffer, done, err);
+    if (rc == 0)
+        send(context, buffer, *done);
+    free(buffer);
+    return rc;
+}
