@@ -17,6 +17,9 @@ and the gzip-4 one (chunks of 65,536 entries).  For each, page cache dropped fir
               and obs from the source in a fresh process.
   memory      the daemon's VmHWM after the view read against the bound of docs/performance.md:
               cache_size (1 GiB by default) + 8 B a cell + 64 MiB.  Target: <= 1.
+  view alone  the same read and VmHWM on a second fresh mount where full/ is never looked up (its
+              mount time the root answering stat), for information: what the view costs without
+              full/ built (building full/ reads and holds X's pointers of every cell).
 
 Prints one line a measure: ours, the target (or the peer), the ratio, PASS/MISS (or info); exits
 1 if a target is missed.  --debug-log DIR mounts with -d and keeps each daemon's log there.
@@ -106,15 +109,15 @@ def label_of(n):
 
 
 @contextlib.contextmanager
-def timed_mount(binary, source, debug_log=None):
+def timed_mount(binary, source, debug_log=None, probe="full/.zattrs"):
     """Mounts SOURCE in the foreground (fresh mount point, fresh disk cache) and yields
-    (point, pid, seconds from the exec to full/.zattrs answering stat, seconds from the exec to
-    the mount point's root answering stat); always unmounts."""
+    (point, pid, seconds from the exec to PROBE answering stat, seconds from the exec to the
+    mount point's root answering stat); always unmounts.  With probe None, the two are one."""
     point = tempfile.mkdtemp(prefix="zm-bench-")
     cache = tempfile.mkdtemp(prefix="zm-bench-cache-", dir="/var/tmp")
     args = [binary, source, point, "-f", "-o", f"cache_dir={cache}"] + (["-d"] if debug_log else [])
     err = open(debug_log, "w") if debug_log else subprocess.DEVNULL
-    probe = os.path.join(point, "full", ".zattrs")
+    probe = probe and os.path.join(point, probe)
     MINE.add(point)
     dev = os.stat(point).st_dev
     t = time.perf_counter()
@@ -127,7 +130,8 @@ def timed_mount(binary, source, debug_log=None):
                 if up is None and os.stat(point).st_dev != dev:
                     up = time.perf_counter() - t  # the root answers: the mount is up
                 if up is not None:
-                    os.stat(probe)
+                    if probe:
+                        os.stat(probe)
                     break
             except OSError:
                 pass
@@ -198,6 +202,18 @@ class Bench:
         return json.loads(subprocess.run([self.binary, "select"], input=json.dumps(req), check=True,
                                          capture_output=True, text=True).stdout)["positions"]
 
+    @staticmethod
+    def read_view(point, view):
+        """zarr-python's read of the view's X and obs in a fresh process, the page cache dropped
+        first: (seconds around the reads, bytes, rows, the process's wall seconds)."""
+        drop_caches()
+        t = time.perf_counter()
+        out = subprocess.run([PYTHON, "-c", ZARR_READ, os.path.join(point, view)], check=True,
+                             capture_output=True, text=True).stdout
+        wall = time.perf_counter() - t
+        read_s, read_bytes, rows = out.split()
+        return float(read_s), int(read_bytes), int(rows), wall
+
     def one(self, kind, source):
         n = self.a.cells
         k = max(1, round(n * FRAC))
@@ -209,13 +225,7 @@ class Bench:
         print(f"# {os.path.basename(source)} ({size / GiB:.2f} GiB), {state}", flush=True)
         with timed_mount(self.binary, source, log) as (point, pid, mount_s, up_s):
             mounted_hwm = vm_hwm(pid)
-            drop_caches()
-            t = time.perf_counter()
-            out = subprocess.run([PYTHON, "-c", ZARR_READ, os.path.join(point, view)], check=True,
-                                 capture_output=True, text=True).stdout
-            wall = time.perf_counter() - t
-            read_s, read_bytes, rows = out.split()
-            read_s, read_bytes, rows = float(read_s), int(read_bytes), int(rows)
+            read_s, read_bytes, rows, wall = self.read_view(point, view)
             hwm = vm_hwm(pid)
         if rows != k:
             raise RuntimeError(f"{view}: {rows} rows read, {k} asked for")
@@ -230,6 +240,18 @@ class Bench:
         print(f"# {kind}: the read's process took {wall:.3f} s in all (start and imports included); "
               f"daemon VmHWM {mounted_hwm / MiB:.0f} MiB once mounted; bound = cache_size "
               f"{CACHE_SIZE / MiB:.0f} MiB + 8 B x {n:,} cells + 64 MiB", flush=True)
+        # The same view on a fresh mount where full/ is never looked up: what the view alone costs.
+        log = (os.path.join(self.a.debug_log, f"{kind}-view.log") if self.a.debug_log else None)
+        drop_caches()
+        with timed_mount(self.binary, source, log, probe=None) as (point, pid, up_s, _):
+            up_hwm = vm_hwm(pid)
+            alone_s, _, _, _ = self.read_view(point, view)
+            alone_hwm = vm_hwm(pid)
+        self.line(f"{kind}: view alone (fresh mount, no full/): mount point up, s", up_s, 1.0)
+        self.line(f"{kind}: view alone: {view} X + obs, zarr-python, s", alone_s, 1.0)
+        self.line(f"{kind}: view alone: daemon VmHWM after the read vs bound, MiB", alone_hwm / MiB,
+                  bound / MiB)
+        print(f"# {kind}: view alone: daemon VmHWM {up_hwm / MiB:.0f} MiB once mounted", flush=True)
         rows_file = tempfile.mktemp(prefix="zm-bench-rows-", suffix=".json", dir="/var/tmp")
         try:
             with open(rows_file, "w") as f:
