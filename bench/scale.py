@@ -36,7 +36,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from benchlib import PYTHON, drop_caches, is_mounted, leftover_mounts, vm_hwm  # noqa: E402
+from benchlib import PYTHON, drop_caches, is_mounted, leftover_mounts, rchar, vm_hwm  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -225,8 +225,10 @@ class Bench:
         print(f"# {os.path.basename(source)} ({size / GiB:.2f} GiB), {state}", flush=True)
         with timed_mount(self.binary, source, log) as (point, pid, mount_s, up_s):
             mounted_hwm = vm_hwm(pid)
+            before = rchar(pid)
             read_s, read_bytes, rows, wall = self.read_view(point, view)
             hwm = vm_hwm(pid)
+            used = rchar(pid) - before
         if rows != k:
             raise RuntimeError(f"{view}: {rows} rows read, {k} asked for")
         bound = CACHE_SIZE + 8 * n + 64 * MiB
@@ -239,19 +241,23 @@ class Bench:
               f"rest of the mount time is the lookup of full/ (the view built)", flush=True)
         print(f"# {kind}: the read's process took {wall:.3f} s in all (start and imports included); "
               f"daemon VmHWM {mounted_hwm / MiB:.0f} MiB once mounted; bound = cache_size "
-              f"{CACHE_SIZE / MiB:.0f} MiB + 8 B x {n:,} cells + 64 MiB", flush=True)
+              f"{CACHE_SIZE / MiB:.0f} MiB + 8 B x {n:,} cells + 64 MiB; the daemon read (rchar) "
+              f"{used / MiB:.0f} MiB for the view", flush=True)
         # The same view on a fresh mount where full/ is never looked up: what the view alone costs.
         log = (os.path.join(self.a.debug_log, f"{kind}-view.log") if self.a.debug_log else None)
         drop_caches()
         with timed_mount(self.binary, source, log, probe=None) as (point, pid, up_s, _):
             up_hwm = vm_hwm(pid)
+            before = rchar(pid)
             alone_s, _, _, _ = self.read_view(point, view)
             alone_hwm = vm_hwm(pid)
+            alone_used = rchar(pid) - before
         self.line(f"{kind}: view alone (fresh mount, no full/): mount point up, s", up_s, 1.0)
         self.line(f"{kind}: view alone: {view} X + obs, zarr-python, s", alone_s, 1.0)
         self.line(f"{kind}: view alone: daemon VmHWM after the read vs bound, MiB", alone_hwm / MiB,
                   bound / MiB)
-        print(f"# {kind}: view alone: daemon VmHWM {up_hwm / MiB:.0f} MiB once mounted", flush=True)
+        print(f"# {kind}: view alone: daemon VmHWM {up_hwm / MiB:.0f} MiB once mounted; the daemon read "
+              f"(rchar) {alone_used / MiB:.0f} MiB for the view", flush=True)
         rows_file = tempfile.mktemp(prefix="zm-bench-rows-", suffix=".json", dir="/var/tmp")
         try:
             with open(rows_file, "w") as f:
