@@ -19,7 +19,8 @@ and the gzip-4 one (chunks of 65,536 entries).  For each, page cache dropped fir
               cache_size (1 GiB by default) + 8 B a cell + 64 MiB.  Target: <= 1.
   view alone  the same read and VmHWM on a second fresh mount where full/ is never looked up (its
               mount time the root answering stat), for information: what the view costs without
-              full/ built (building full/ reads and holds X's pointers of every cell).
+              full/ built (building full/ reads and holds X's pointers of every cell); and
+              X alone (no obs) on a third fresh mount.
 
 Prints one line a measure: ours, the target (or the peer), the ratio, PASS/MISS (or info); exits
 1 if a target is missed.  --debug-log DIR mounts with -d and keeps each daemon's log there.
@@ -62,7 +63,7 @@ def arrays(group):
         yield a
     for _, sub in group.groups():
         yield from arrays(sub)
-for a in arrays(g["obs"]):
+for a in (arrays(g["obs"]) if sys.argv[2:] != ["X"] else ()):
     n += a[:].nbytes
 print(time.perf_counter() - t, n, g["X"]["indptr"].shape[0] - 1)
 """
@@ -203,12 +204,13 @@ class Bench:
                                          capture_output=True, text=True).stdout)["positions"]
 
     @staticmethod
-    def read_view(point, view):
-        """zarr-python's read of the view's X and obs in a fresh process, the page cache dropped
-        first: (seconds around the reads, bytes, rows, the process's wall seconds)."""
+    def read_view(point, view, *only):
+        """zarr-python's read of the view's X and obs (only X with "X") in a fresh process, the
+        page cache dropped first: (seconds around the reads, bytes, rows, the process's wall
+        seconds)."""
         drop_caches()
         t = time.perf_counter()
-        out = subprocess.run([PYTHON, "-c", ZARR_READ, os.path.join(point, view)], check=True,
+        out = subprocess.run([PYTHON, "-c", ZARR_READ, os.path.join(point, view), *only], check=True,
                              capture_output=True, text=True).stdout
         wall = time.perf_counter() - t
         read_s, read_bytes, rows = out.split()
@@ -258,6 +260,16 @@ class Bench:
                   bound / MiB)
         print(f"# {kind}: view alone: daemon VmHWM {up_hwm / MiB:.0f} MiB once mounted; the daemon read "
               f"(rchar) {alone_used / MiB:.0f} MiB for the view", flush=True)
+        # X alone, on a third fresh mount: the view's matrix without its obs columns.
+        drop_caches()
+        with timed_mount(self.binary, source, probe=None) as (point, pid, _, _):
+            before = rchar(pid)
+            x_s, x_bytes, _, _ = self.read_view(point, view, "X")
+            x_hwm = vm_hwm(pid)
+            x_used = rchar(pid) - before
+        self.line(f"{kind}: view alone: X only ({x_bytes / MiB:.0f} MiB), zarr-python, s", x_s, 1.0)
+        print(f"# {kind}: X only: daemon VmHWM {x_hwm / MiB:.0f} MiB, read (rchar) {x_used / MiB:.0f} MiB",
+              flush=True)
         rows_file = tempfile.mktemp(prefix="zm-bench-rows-", suffix=".json", dir="/var/tmp")
         try:
             with open(rows_file, "w") as f:
