@@ -25,7 +25,8 @@
 
 /* Rows a task takes. */
 #define BLOCK_ROWS ((size_t)1 << 16)
-/* Collections a task keeps at once (direct-mapped by address). */
+/* Collections a task keeps at once (direct-mapped by a hash of the
+ * address: the top four bits of a 64-bit multiply, so exactly 16). */
 #define KEPT 16
 /* Rows of one pread of heap ids: runs of rows closer than this are read
  * as one. */
@@ -171,7 +172,11 @@ static int load(struct heap *h, struct collection *c, uint64_t address, zm_err *
 static int object(struct heap *h, uint64_t address, uint64_t index, uint64_t length,
                   const uint8_t **bytes, zm_err *err)
 {
-    struct collection *c = &h->kept[(address >> 12) % KEPT];
+    /* Slots by a hash of the address: collections of 64 KiB, at multiples
+     * of it, all fell in one slot of (address >> 12) % KEPT, and rows that
+     * went back to an earlier collection (HDF5 fills later strings into
+     * collections with room) loaded it again each time. */
+    struct collection *c = &h->kept[(address * UINT64_C(0x9E3779B97F4A7C15)) >> 60];
     if (c->address != address) {
         int rc = load(h, c, address, err);
         if (rc != 0)

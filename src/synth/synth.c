@@ -158,10 +158,10 @@ static int encode_strings(const zm_store_node *node, size_t count, const uint64_
  * value, by source row): view rows [from, to) in order, then empty items up
  * to `items`. */
 static int walked_strings(zm_view *view, const zm_store_node *node, const zm_strings *all,
-                          uint64_t from, uint64_t to, uint64_t items, uint64_t per_row,
-                          uint8_t **raw, size_t *raw_size, zm_err *err)
+                          const uint32_t *slot, uint64_t from, uint64_t to, uint64_t items,
+                          uint64_t per_row, uint8_t **raw, size_t *raw_size, zm_err *err)
 {
-    const uint32_t *order = zm_view_order(view);
+    const uint32_t *order = slot ? slot : zm_view_order(view);
     uint64_t total = 0;
     for (uint64_t v = from; v < to; v++)
         total += all->offsets[((uint64_t)order[v] + 1) * per_row] - all->offsets[(uint64_t)order[v] * per_row];
@@ -214,8 +214,8 @@ static int strings_chunk(zm_synth *synth, zm_view *view, const zm_store_node *no
         } else {
             /* Every value of the array in memory, by source row: the
              * chunk's items taken in view order, one copy, no sort. */
-            rc = walked_strings(view, node, &w->strings, from, to, padded * per_row, per_row, raw,
-                                raw_size, err);
+            rc = walked_strings(view, node, &w->strings, w->string_slot, from, to, padded * per_row,
+                                per_row, raw, raw_size, err);
         }
         zm__walk_put(w);
         return rc;

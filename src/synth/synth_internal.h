@@ -54,7 +54,9 @@ struct zm_walk {
     int fd;         /* spilled: the temporary file (−1: not spilled) */
     int in_order;   /* spilled with every value at its place (no regions) */
     uint64_t row_bytes; /* bytes of one index along dimension 0 */
-    zm_strings strings; /* a per-cell string array: every source value, read once */
+    zm_strings strings; /* a per-cell string array: every source value, read once, */
+    uint32_t *string_slot; /* ... or only the view's, in source order: view row v's is
+                            * row string_slot[v] of strings (NULL: row order[v]) */
     /* A spilled walk of strings: each chunk's records (item, length,
      * bytes) in blocks of the spill file, the blocks of chunk c at
      * block_at[c][0 .. block_count[c]), its last block block_fill[c] full. */

@@ -131,6 +131,8 @@ static void release_values(struct zm_walk *w)
     w->bytes = NULL;
     zm_strings_free(&w->strings);
     memset(&w->strings, 0, sizeof w->strings);
+    free(w->string_slot);
+    w->string_slot = NULL;
     free(w->served);
     w->served = NULL;
     w->served_count = 0;
@@ -235,6 +237,7 @@ static void walk_free(struct zm_walk *walk)
     if (walk->fd >= 0)
         close(walk->fd);
     zm_strings_free(&walk->strings);
+    free(walk->string_slot);
     free(walk->served);
     pthread_mutex_destroy(&walk->mutex);
     free(walk);
@@ -630,16 +633,52 @@ int zm__end_pass(struct zm_walk *w, int rc, int spilled, uint64_t bytes)
 static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w)
 {
     if (node->producer == ZM_PRODUCE_CELL_STRINGS) {
-        uint64_t values = node->meta.shape[0];
+        uint64_t per_row = 1;
         for (unsigned d = 1; d < node->meta.rank; d++)
-            values *= node->meta.shape[d];
-        w->size = (size_t)(values * STRING_WALK_BYTES_PER_VALUE);
+            per_row *= node->meta.shape[d];
+        /* A view of fewer than half the source's cells reads only its own
+         * rows' strings (their ids and the heap collections they lie in:
+         * a blocks view's runs of cells touch few), in source order; a
+         * larger one reads every string, the collections in windows. */
+        zm_view_kept kept;
+        int rc = zm_view_kept_get(view, &kept, &w->err);
+        if (rc != 0)
+            return rc;
+        int own_rows = kept.count * 2 < kept.n && kept.count == node->meta.shape[0];
+        uint64_t rows = own_rows ? kept.count : kept.n;
+        w->size = (size_t)(rows * per_row * STRING_WALK_BYTES_PER_VALUE);
         w->claimed = claim_reclaiming(w->size, w);
         if (!w->claimed)
             return zm__spill_strings_walk(view, node, w);
-        int rc = zm_array_read_strings(zm_view_source(view), node->source, NULL, 0, &w->strings,
-                                       &w->err);
+        uint64_t *list = NULL;
+        if (own_rows) {
+            /* Source rows in file order, and each view row's place among them. */
+            list = malloc((kept.count ? kept.count : 1) * sizeof *list);
+            w->string_slot = malloc((node->meta.shape[0] ? node->meta.shape[0] : 1) *
+                                    sizeof *w->string_slot);
+            if (list == NULL || w->string_slot == NULL)
+                rc = zm_err_set(&w->err, -ENOMEM, "out of memory for a walk of %" PRIu64 " strings",
+                                kept.count);
+            uint64_t cursor = zm_view_kept_seek(&kept, 0), p, v, i = 0;
+            while (rc == 0 && i < kept.count && zm_view_kept_next(&kept, &cursor, kept.n, &p, &v)) {
+                if (v >= kept.count) {
+                    rc = zm_err_set(&w->err, -EIO, "a kept cell past the view's rows");
+                    break;
+                }
+                list[i] = p;
+                w->string_slot[v] = (uint32_t)i++;
+            }
+            if (rc == 0 && i != kept.count)
+                rc = zm_err_set(&w->err, -EIO, "the view keeps %" PRIu64 " cells, not %" PRIu64, i,
+                                kept.count);
+        }
+        if (rc == 0)
+            rc = zm_array_read_strings(zm_view_source(view), node->source, list,
+                                       own_rows ? (size_t)kept.count : 0, &w->strings, &w->err);
+        free(list);
         if (rc != 0) {
+            free(w->string_slot);
+            w->string_slot = NULL;
             atomic_fetch_sub(&w->synth->held, w->size);
             w->claimed = 0;
         }
@@ -651,9 +690,8 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
         return 0;
     w->claimed = claim_reclaiming(w->size, w);
     if (!w->claimed)
-        zm_log(LOG_DEBUG, "a walk of %zu bytes spills: walks hold %" PRIu64 " of %" PRIu64
-               " bytes, %zu expected to retire", w->size, (uint64_t)atomic_load(&w->synth->held),
-               (uint64_t)atomic_load(&w->synth->limit), w->synth->expected);
+        zm_log(LOG_DEBUG, "a walk of %zu bytes spills: walks hold %" PRIu64 " of %" PRIu64 " bytes",
+               w->size, (uint64_t)atomic_load(&w->synth->held), (uint64_t)atomic_load(&w->synth->limit));
     int batches = zm__can_spill(view, node), in_order = !batches && zm__renumbered(view, node);
     if (!w->claimed && batches)
         return zm__batch_walk(view, node, w);
