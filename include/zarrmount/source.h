@@ -312,6 +312,15 @@ uint64_t zm_array_row_bytes(const zm_array *array);
 int zm_array_read_rows(zm_source *source, const zm_array *array, uint64_t start, uint64_t count,
                        void *out, zm_err *err);
 
+/* Asks the kernel to read an array's stored bytes ahead, in the background
+ * (posix_fadvise WILLNEED): a contiguous dataset's range, or the chunks its
+ * index knows (runs of adjacent chunks as one range); nothing if they come
+ * to more than max_bytes, nor for other arrays (a Zarr store's, held in
+ * memory, through HDF5). A hint: it never fails and reads nothing itself.
+ * A pass about to read the whole array calls it while the one before is
+ * still at work, so that a cold source's disk time overlaps that work. */
+void zm_array_prefetch(zm_source *source, const zm_array *array, uint64_t max_bytes);
+
 /* Reads the given rows (strictly ascending) into out, row after row. Each
  * chunk holding one of them is read and decoded once. */
 int zm_array_gather_rows(zm_source *source, const zm_array *array, const uint64_t *rows,

@@ -4,6 +4,7 @@
  * of the values read, and the public reads of rows and ranges. Chunked
  * values are gathered in read_chunked.c, strings read in read_strings.c. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -414,6 +415,50 @@ static int read_ranges(zm_source *source, const zm_array *const_array, const zm_
     free(out_row);
     free(kept);
     return rc;
+}
+
+void zm_array_prefetch(zm_source *source, const zm_array *array, uint64_t max_bytes)
+{
+    if (array == NULL || array->zarr != NULL || array->info.data_path != ZM_PATH_DIRECT || source->fd < 0)
+        return;
+    if (array->info.layout != ZM_LAYOUT_CHUNKED && array->info.layout != ZM_LAYOUT_CONTIGUOUS)
+        return;
+    if (array->info.layout == ZM_LAYOUT_CONTIGUOUS) {
+        if (array->contiguous_offset == UINT64_MAX)
+            return; /* never written: the fill value */
+        uint64_t bytes = array->stored_size;
+        for (unsigned d = 0; d < array->storage_rank; d++)
+            bytes *= array->storage_shape[d];
+        if (bytes > max_bytes)
+            return;
+        (void)posix_fadvise(source->fd, (off_t)array->contiguous_offset, (off_t)bytes,
+                            POSIX_FADV_WILLNEED);
+        return;
+    }
+    if (!atomic_load_explicit(&array->index_complete, memory_order_acquire) ||
+        array->chunk_address == NULL || array->chunk_stored_size == NULL)
+        return;
+    uint64_t from = 0, to = 0, total = 0;
+    for (uint64_t c = 0; c < array->chunk_count; c++)
+        if (array->chunk_address[c] != ZM__CHUNK_ABSENT && array->chunk_address[c] != ZM__CHUNK_UNKNOWN)
+            total += array->chunk_stored_size[c];
+    if (total > max_bytes)
+        return;
+    for (uint64_t c = 0; c <= array->chunk_count; c++) {
+        uint64_t at = c < array->chunk_count ? array->chunk_address[c] : ZM__CHUNK_ABSENT;
+        int stored = at != ZM__CHUNK_ABSENT && at != ZM__CHUNK_UNKNOWN;
+        if (stored && to > from && at == to) {
+            to += array->chunk_stored_size[c];
+            continue;
+        }
+        if (to > from)
+            (void)posix_fadvise(source->fd, (off_t)from, (off_t)(to - from), POSIX_FADV_WILLNEED);
+        from = to = 0;
+        if (stored) {
+            from = at;
+            to = at + array->chunk_stored_size[c];
+        }
+    }
 }
 
 int zm_array_read_rows(zm_source *source, const zm_array *array, uint64_t start, uint64_t count,

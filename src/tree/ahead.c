@@ -314,6 +314,27 @@ static uint64_t array_raw_bytes(const zm_store_node *node)
     return raw;
 }
 
+/* The source of the array walked after node in the store's order is asked
+ * for ahead (zm_array_prefetch), so that a cold source's disk time for it
+ * overlaps this array's encoding: only where that walk reads the whole of
+ * it (the view keeps at least half the source's cells) and it is at most
+ * an eighth of the machine's memory. */
+static void prefetch_next(zm_view *view, const zm_store_node *node)
+{
+    struct next_walk next = {.view = view, .after = node};
+    each_array(view, find_next_walk, &next);
+    if (next.found == NULL || next.found->source == NULL)
+        return;
+    zm_view *part = zm_view_of(view, next.found);
+    zm_view_kept kept;
+    zm_err err;
+    if (zm_view_kept_get(part, &kept, &err) != 0 || kept.count * 2 < kept.n)
+        return;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    zm_array_prefetch(zm_view_source(part), next.found->source, memory / 8);
+}
+
 /* Starts encoding ahead the array at w of view (held by the caller). */
 static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place *w)
 {
@@ -368,6 +389,7 @@ static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place 
         }
     }
     pthread_mutex_unlock(&t->mutex);
+    prefetch_next(view, node);
 }
 
 /* The view key of a chunk's full path ("<view key>/<store path>/<chunk
@@ -436,6 +458,7 @@ static void chain_walk(zm_tree *t, zm_view *view, const char *key, const place *
         zm__view_hold_locked(t, view, -1);
     }
     pthread_mutex_unlock(&t->mutex);
+    prefetch_next(view, w->node);
 }
 
 /* A walk retired on a thread of its own: what was put off is taken on. */
