@@ -43,18 +43,24 @@ def mounted(binary, source, *options, cache=None):
             time.sleep(0.05)
         yield point, daemon.pid
     finally:
-        subprocess.run(["fusermount3", "-u", point], capture_output=True)
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
-        if is_mounted(point):
-            subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True)
-        with contextlib.suppress(OSError):
-            os.rmdir(point)
+        unmount(point, daemon)
         if not keep:
             shutil.rmtree(cache, ignore_errors=True)
+
+
+def unmount(point, daemon):
+    """Unmounts point and ends its daemon (a Popen) in every case: fusermount3 -u, a minute for
+    the daemon to exit (then it is killed), -u -z if still mounted; the directory removed."""
+    subprocess.run(["fusermount3", "-u", point], capture_output=True)
+    try:
+        daemon.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+        daemon.wait()
+    if is_mounted(point):
+        subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True)
+    with contextlib.suppress(OSError):
+        os.rmdir(point)
 
 
 def rchar(pid):

@@ -37,7 +37,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from benchlib import PYTHON, drop_caches, is_mounted, leftover_mounts, rchar, vm_hwm  # noqa: E402
+from benchlib import PYTHON, drop_caches, leftover_mounts, rchar, unmount, vm_hwm  # noqa: E402
+from atlas_scale import label_of  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -101,14 +102,6 @@ print(time.perf_counter() - t, n, len(pos))
 """
 
 
-def label_of(n):
-    if n % 1_000_000 == 0:
-        return f"{n // 1_000_000}M"
-    if n % 1000 == 0:
-        return f"{n // 1000}K"
-    return str(n)
-
-
 @contextlib.contextmanager
 def timed_mount(binary, source, debug_log=None, probe="full/.zattrs"):
     """Mounts SOURCE in the foreground (fresh mount point, fresh disk cache) and yields
@@ -142,16 +135,7 @@ def timed_mount(binary, source, debug_log=None, probe="full/.zattrs"):
         seconds = time.perf_counter() - t
         yield point, daemon.pid, seconds, up
     finally:
-        subprocess.run(["fusermount3", "-u", point], capture_output=True)
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
-        if is_mounted(point):
-            subprocess.run(["fusermount3", "-u", "-z", point], capture_output=True)
-        with contextlib.suppress(OSError):
-            os.rmdir(point)
+        unmount(point, daemon)
         shutil.rmtree(cache, ignore_errors=True)
         if debug_log:
             err.close()

@@ -67,6 +67,29 @@ static int start_worker(void *(*run)(void *), void *context, int idle)
     return -rc;
 }
 
+/* A worker that holds view (counted in ahead_running) started on run,
+ * under the tree's mutex: 0, or -1 with nothing held when none started. */
+static int start_holding(zm_tree *t, zm_view *view, void *(*run)(void *), void *context)
+{
+    t->ahead_running++;
+    zm__view_hold_locked(t, view, 1);
+    if (start_worker(run, context, 0) == 0)
+        return 0;
+    t->ahead_running--;
+    zm__view_hold_locked(t, view, -1);
+    return -1;
+}
+
+/* The end of a worker started by start_holding: its view let go. */
+static void worker_done(zm_tree *t, zm_view *view)
+{
+    pthread_mutex_lock(&t->mutex);
+    zm__view_release_locked(t, view);
+    t->ahead_running--;
+    pthread_cond_broadcast(&t->changed);
+    pthread_mutex_unlock(&t->mutex);
+}
+
 /* ---- Encoding ahead --------------------------------------------------------------- */
 
 static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place *w);
@@ -335,6 +358,35 @@ static void prefetch_next(zm_view *view, const zm_store_node *node)
     zm_array_prefetch(zm_view_source(part), next.found->source, memory / 8);
 }
 
+/* An entry of the work ahead (zeroed) for the array at w of view. */
+static void entry_init(struct ahead *a, zm_tree *t, zm_view *view, const char *key, const place *w)
+{
+    a->tree = t;
+    a->view = view;
+    snprintf(a->key, sizeof a->key, "%s", key);
+    snprintf(a->store_path, sizeof a->store_path, "%s", w->store_path);
+    a->node = w->node;
+    a->stats = zm__stats_for(t, key);
+}
+
+/* A new entry of the work ahead for the array at w of view, under the
+ * tree's mutex; NULL when the array has one already (or out of memory). */
+static struct ahead *new_entry_locked(zm_tree *t, zm_view *view, const char *key, const place *w)
+{
+    for (size_t i = 0; i < t->ahead_count; i++)
+        if (t->ahead[i]->node == w->node)
+            return NULL;
+    struct ahead **list = realloc(t->ahead, (t->ahead_count + 1) * sizeof *list);
+    struct ahead *a = list ? calloc(1, sizeof *a) : NULL;
+    if (list)
+        t->ahead = list;
+    if (a == NULL)
+        return NULL;
+    t->ahead[t->ahead_count++] = a;
+    entry_init(a, t, view, key, w);
+    return a;
+}
+
 /* Starts encoding ahead the array at w of view (held by the caller). */
 static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place *w)
 {
@@ -353,30 +405,15 @@ static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place 
         raw / 2 > t->cache_bytes)
         return;
     pthread_mutex_lock(&t->mutex);
-    for (size_t i = 0; i < t->ahead_count; i++)
-        if (t->ahead[i]->node == node) {
-            pthread_mutex_unlock(&t->mutex);
-            return;
-        }
-    struct ahead **list = realloc(t->ahead, (t->ahead_count + 1) * sizeof *list);
-    struct ahead *a = list ? calloc(1, sizeof *a) : NULL;
-    if (list)
-        t->ahead = list;
+    struct ahead *a = new_entry_locked(t, view, key, w);
     if (a == NULL) {
         pthread_mutex_unlock(&t->mutex);
         return;
     }
-    t->ahead[t->ahead_count++] = a;
     /* Its walk's memory comes back when every chunk is made (encode_ahead). */
     zm_synth_walk_expect(view, node, 1);
-    a->tree = t;
-    a->view = view;
-    snprintf(a->key, sizeof a->key, "%s", key);
-    snprintf(a->store_path, sizeof a->store_path, "%s", w->store_path);
-    a->node = node;
     a->chunks = chunks;
     a->next = 0;
-    a->stats = zm__stats_for(t, key);
     clock_gettime(CLOCK_MONOTONIC, &a->began);
     for (unsigned i = 0; i < t->ahead_threads; i++) {
         t->ahead_running++;
@@ -413,11 +450,7 @@ static void *walk_on(void *context)
     zm_tree *t = a->tree;
     zm_view *view = a->view;
     (void)walk_next(a, view, 1, NULL);
-    pthread_mutex_lock(&t->mutex);
-    zm__view_release_locked(t, view);
-    t->ahead_running--;
-    pthread_cond_broadcast(&t->changed);
-    pthread_mutex_unlock(&t->mutex);
+    worker_done(t, view);
     return NULL;
 }
 
@@ -430,33 +463,13 @@ static void chain_walk(zm_tree *t, zm_view *view, const char *key, const place *
     if (t->closing)
         return;
     pthread_mutex_lock(&t->mutex);
-    for (size_t i = 0; i < t->ahead_count; i++)
-        if (t->ahead[i]->node == w->node) {
-            pthread_mutex_unlock(&t->mutex);
-            return;
-        }
-    struct ahead **list = realloc(t->ahead, (t->ahead_count + 1) * sizeof *list);
-    struct ahead *a = list ? calloc(1, sizeof *a) : NULL;
-    if (list)
-        t->ahead = list;
+    struct ahead *a = new_entry_locked(t, view, key, w);
     if (a == NULL) {
         pthread_mutex_unlock(&t->mutex);
         return;
     }
-    t->ahead[t->ahead_count++] = a;
-    a->tree = t;
-    a->view = view;
-    snprintf(a->key, sizeof a->key, "%s", key);
-    snprintf(a->store_path, sizeof a->store_path, "%s", w->store_path);
-    a->node = w->node;
-    a->stats = zm__stats_for(t, key);
     a->handed_on = 1;
-    t->ahead_running++;
-    zm__view_hold_locked(t, view, 1);
-    if (start_worker(walk_on, a, 0) != 0) {
-        t->ahead_running--;
-        zm__view_hold_locked(t, view, -1);
-    }
+    (void)start_holding(t, view, walk_on, a);
     pthread_mutex_unlock(&t->mutex);
     prefetch_next(view, w->node);
 }
@@ -472,11 +485,7 @@ static void *after_retire(void *context)
     struct retired_walk r = *(struct retired_walk *)context;
     free(context);
     hand_on_put_off(r.tree, r.view);
-    pthread_mutex_lock(&r.tree->mutex);
-    zm__view_release_locked(r.tree, r.view);
-    r.tree->ahead_running--;
-    pthread_cond_broadcast(&r.tree->changed);
-    pthread_mutex_unlock(&r.tree->mutex);
+    worker_done(r.tree, r.view);
     return NULL;
 }
 
@@ -497,13 +506,8 @@ void zm__walk_retired(zm_tree *t, zm_view *view)
     }
     *r = (struct retired_walk){t, view};
     pthread_mutex_lock(&t->mutex);
-    t->ahead_running++;
-    zm__view_hold_locked(t, view, 1);
-    if (start_worker(after_retire, r, 0) != 0) {
-        t->ahead_running--;
-        zm__view_hold_locked(t, view, -1);
+    if (start_holding(t, view, after_retire, r) != 0)
         free(r);
-    }
     pthread_mutex_unlock(&t->mutex);
 }
 
@@ -511,13 +515,10 @@ static void *hand_on_early(void *context)
 {
     struct ahead *a = context;
     zm_tree *t = a->tree;
-    walk_next(a, a->view, 0, NULL); /* held for this thread by start_next_walk_early */
-    zm__view_release(t, a->view);
+    zm_view *view = a->view; /* held for this thread by start_next_walk_early */
+    walk_next(a, view, 0, NULL);
     free(a);
-    pthread_mutex_lock(&t->mutex);
-    t->ahead_running--;
-    pthread_cond_broadcast(&t->changed);
-    pthread_mutex_unlock(&t->mutex);
+    worker_done(t, view);
     return NULL;
 }
 
@@ -532,20 +533,10 @@ static void start_next_walk_early(zm_tree *t, zm_view *view, const char *key, co
     struct ahead *a = calloc(1, sizeof *a);
     if (a == NULL)
         return;
-    a->tree = t;
-    a->view = view;
-    snprintf(a->key, sizeof a->key, "%s", key);
-    snprintf(a->store_path, sizeof a->store_path, "%s", w->store_path);
-    a->node = w->node;
-    a->stats = zm__stats_for(t, key);
+    entry_init(a, t, view, key, w);
     pthread_mutex_lock(&t->mutex);
-    t->ahead_running++;
-    zm__view_hold_locked(t, view, 1);
-    if (start_worker(hand_on_early, a, 0) != 0) {
-        t->ahead_running--;
-        zm__view_hold_locked(t, view, -1);
+    if (start_holding(t, view, hand_on_early, a) != 0)
         free(a);
-    }
     pthread_mutex_unlock(&t->mutex);
 }
 
