@@ -685,6 +685,7 @@ static int ahead_run(zm_tree *t, view_stats *vs, zm_view *view)
         total += arrays[i].chunks;
     vs->ahead_total = total;
     vs->ahead_run_chunks = 0;
+    vs->ahead_left = 0;
     for (;;) {
         /* A reader waits for a view to be let go: this one goes (it starts
          * again at its view's next request). */
@@ -715,6 +716,7 @@ static int ahead_run(zm_tree *t, view_stats *vs, zm_view *view)
         if (a == NULL)
             break; /* every chunk made */
         if (a->next == 0 && !ahead_may_walk(t, view, a->node, bound - (made < bound ? made : bound))) {
+            vs->ahead_left += a->chunks;
             a->next = a->chunks; /* left to readers */
             continue;
         }

@@ -322,9 +322,10 @@ static json_t *view_json(zm_tree *t, const view_stats *vs)
     char reason[sizeof vs->ahead_reason];
     snprintf(reason, sizeof reason, "%s", vs->ahead_reason);
     pthread_mutex_unlock(&t->mutex);
-    json_t *ahead = json_pack("{s:s, s:I, s:I, s:I}", "state", ahead_state_names[state], "chunks",
-                              (json_int_t)vs->ahead_chunks, "bytes", (json_int_t)vs->ahead_bytes,
-                              "runs", (json_int_t)vs->ahead_runs);
+    json_t *ahead = json_pack("{s:s, s:I, s:I, s:I, s:I}", "state", ahead_state_names[state],
+                              "chunks", (json_int_t)vs->ahead_chunks, "bytes",
+                              (json_int_t)vs->ahead_bytes, "runs", (json_int_t)vs->ahead_runs,
+                              "leftToReaders", (json_int_t)vs->ahead_left);
     if (state == AHEAD_FAILED)
         json_object_set_new(ahead, "reason", json_string(reason));
     json_object_set_new(o, "ahead", ahead);

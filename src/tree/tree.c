@@ -476,11 +476,13 @@ int zm__tree_list(zm_tree *t, const char *path, zm__tree_emit emit, void *contex
     return rc;
 }
 
-/* The bytes of a read, from offset, at most size of them: to send. */
-static void send_part(const uint8_t *bytes, uint64_t total, uint64_t offset, size_t size,
-                      zm__tree_sink send, void *context, size_t *done)
+/* The bytes of a read, from offset, at most size of them: counted in the
+ * view's bytes served, then sent (a reader who has them finds them counted). */
+static void send_part(view_stats *vs, const uint8_t *bytes, uint64_t total, uint64_t offset,
+                      size_t size, zm__tree_sink send, void *context, size_t *done)
 {
     *done = offset < total ? (total - offset < size ? (size_t)(total - offset) : size) : 0;
+    vs->bytes_served += *done;
     send(context, *done ? bytes + offset : bytes, *done);
 }
 
@@ -509,12 +511,12 @@ static int read_target(zm_tree *t, const char *path, const target *target_in, ui
             return zm_err_set(err, -ESTALE, "%s: this snapshot is gone: open the file again", path);
         if (length > 0 && part == NULL)
             return zm_err_set(err, -ENOMEM, "%s: out of memory", path);
-        send_part(part, length, 0, length, send, context, done);
+        send_part(vs, part, length, 0, length, send, context, done);
         free(part);
         return 0;
     }
     if (tg.kind == T_INFO_FILE) {
-        send_part((const uint8_t *)t->info, t->info_size, offset, size, send, context, done);
+        send_part(vs, (const uint8_t *)t->info, t->info_size, offset, size, send, context, done);
         return 0;
     }
     if (tg.kind != T_VIEW)
@@ -546,7 +548,7 @@ static int read_target(zm_tree *t, const char *path, const target *target_in, ui
         } else {
             /* Not lent after all (taken back meanwhile and spilled when made
              * again): the copy made is served, once. */
-            send_part(raw, raw_size, offset, size, send, context, done);
+            send_part(vs, raw, raw_size, offset, size, send, context, done);
             zm_synth_chunk_done(view, w.node, raw, borrowed);
             file_size = raw_size;
             sent = 1;
@@ -560,7 +562,7 @@ static int read_target(zm_tree *t, const char *path, const target *target_in, ui
         if (rc != 0)
             vs->failed++;
         if (rc == 0) {
-            send_part(ref.bytes, ref.size, offset, size, send, context, done);
+            send_part(vs, ref.bytes, ref.size, offset, size, send, context, done);
             file_size = ref.size;
             zm_cache_release(t->files, &ref);
         }
@@ -588,9 +590,7 @@ int zm__tree_send(zm_tree *t, const char *path, uint64_t offset, size_t size, zm
         rc = read_target(t, path, &tg, serial, vs, offset, size, send, context, done, err);
         zm__target_clear(&tg);
     }
-    if (rc == 0)
-        vs->bytes_served += *done;
-    else if (rc == -ENOENT)
+    if (rc == -ENOENT)
         zm__note_refusal(t, vs, path, err);
     vs->busy_nanoseconds += (uint64_t)(zm__monotonic_ns() - began);
     return rc;

@@ -77,6 +77,7 @@ typedef struct view_stats {
     _Atomic uint64_t ahead_chunks, ahead_bytes, ahead_runs;
     _Atomic uint64_t ahead_total;    /* chunks in the view's store */
     _Atomic uint64_t ahead_run_chunks; /* chunks made (or found made) by the running worker */
+    _Atomic uint64_t ahead_left;     /* chunks of arrays the last run left to readers */
     _Atomic int ahead_background;    /* the worker's pool flag: 0 while a reader waits for it */
     _Atomic pid_t ahead_tid;         /* the worker's thread */
     const zm_store_node *_Atomic ahead_node; /* the array it makes a chunk of, or NULL */
