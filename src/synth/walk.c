@@ -12,8 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "zarrmount/log.h"
-
 #include "synth_internal.h"
 
 /* ---- What a mount gives walks -------------------------------------------------- */
@@ -696,9 +694,6 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
     if (w->size == 0)
         return 0;
     w->claimed = claim_reclaiming(w->size, w);
-    if (!w->claimed)
-        zm_log(LOG_DEBUG, "a walk of %zu bytes spills: walks hold %" PRIu64 " of %" PRIu64 " bytes",
-               w->size, (uint64_t)atomic_load(&w->synth->held), (uint64_t)atomic_load(&w->synth->limit));
     int batches = zm__can_spill(view, node), in_order = !batches && zm__renumbered(view, node);
     if (!w->claimed && batches)
         return zm__batch_walk(view, node, w);

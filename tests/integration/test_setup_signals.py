@@ -53,8 +53,12 @@ def wait_blocked(process, foreground, seconds=20):
                 with open(f"/proc/{process.pid}/task/{process.pid}/children") as f:
                     pids = [int(p) for p in f.read().split()]
             for pid in pids:
+                # The source is opened on a thread of its own while the
+                # main thread waits for stop signals: a main thread in
+                # uninterruptible sleep is still starting (paging the binary
+                # in on a loaded machine), before its signals are set.
                 for task in os.listdir(f"/proc/{pid}/task"):
-                    if waits_on_fuse(pid, task):
+                    if int(task) != pid and waits_on_fuse(pid, task):
                         return True
         except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError, ValueError):
             pass
