@@ -730,8 +730,8 @@ static void zm__op_read(fuse_req_t req, fuse_ino_t inode, size_t size, off_t off
         free(owned);
         return;
     }
-    /* The reply is sent from where the bytes lie (the file cache's entry),
-     * with no copy on the way. */
+    /* The reply is sent from where the bytes lie (the file cache's entry,
+     * or with codec none a walk), with no copy on the way. */
     struct read_reply reply = {fs, req, path, offset, size, 0};
     size_t done = 0;
     rc = zm__tree_send(fs->tree, path, (uint64_t)offset, size, reply_read, &reply, &done, &err);

@@ -420,12 +420,10 @@ static int gather_chunk_part(void *context, size_t task)
      * (a view's layout kept it: ZM_READ_KEEP) is not decoded again. */
     int kept = g->one_pass && rank == 1 &&
                zm_cache_peek(g->source->cache, chunk_key(array, chunk), &ref);
-    /* An unfiltered chunk of an HDF5 file is its values as stored (anndata
-     * writes sparse matrices so, chunked with no filter): read where they
-     * lie, the part the gather takes, and never kept in the decoded-chunk
-     * cache, which would only copy what the page cache holds
-     * (zm_source_chunk_cache_need counts no such array). */
-    int as_stored = array->zarr == NULL && array->filter_count == 0 && !array->info.transposed;
+    /* An unfiltered chunk of an HDF5 file: read where it lies, the part the
+     * gather takes, and never kept in the decoded-chunk cache, which would
+     * only copy what the page cache holds. */
+    int as_stored = zm__chunks_as_stored(array);
     if (kept) {
         /* ref holds it: copied out below, as from any cached chunk. */
     } else if ((g->one_pass && rank == 1) || as_stored) {

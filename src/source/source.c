@@ -531,11 +531,8 @@ uint64_t zm_source_chunk_cache_need(const zm_source *source)
     uint64_t need = 0;
     for (size_t i = 0; i < source->array_count; i++) {
         const zm_array *a = source->arrays[i];
-        /* Unfiltered chunks of an HDF5 file are read where they lie
-         * (read_chunked.c): never kept. */
-        if (a->info.layout != ZM_LAYOUT_CHUNKED || (a->zarr == NULL && a->filter_count == 0 &&
-                                                    !a->info.transposed))
-            continue;
+        if (a->info.layout != ZM_LAYOUT_CHUNKED || zm__chunks_as_stored(a))
+            continue; /* never kept */
         if (a->info.dtype.type_class == ZM_TYPE_STRING || a->info.dtype.size == 0)
             return UINT64_MAX;
         uint64_t bytes = a->info.dtype.size;

@@ -106,6 +106,15 @@ struct zm_array {
     struct zm__zarr_array *zarr;
 };
 
+/* Whether an array's chunks are its values as stored, read where they lie
+ * and never kept in the decoded-chunk cache: an HDF5 file's unfiltered,
+ * untransposed ones (anndata writes sparse matrices so). read_chunked.c
+ * reads them so, and zm_source_chunk_cache_need counts none of them. */
+static inline int zm__chunks_as_stored(const zm_array *array)
+{
+    return array->zarr == NULL && array->filter_count == 0 && !array->info.transposed;
+}
+
 struct zm_source {
     char *path;
     int fd;

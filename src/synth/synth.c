@@ -609,19 +609,39 @@ static void unshift_indices(uint8_t *values, uint64_t count, size_t size, uint64
     }
 }
 
+/* A column window's indices are the file's, window_first more than its
+ * own: each value made is taken back to the window's columns by this. */
+static uint64_t window_shift(const zm_store_node *node)
+{
+    return node->producer == ZM_PRODUCE_ENTRIES && node->part == ZM_PART_INDICES &&
+                   node->element->window != NULL
+               ? node->element->window_first
+               : 0;
+}
+
+/* -o index_dtype=int32 over 64-bit (or narrower) values: made at the
+ * source's width, then narrowed; 32-bit values are served as they are. */
+static int narrowed(const zm_store_node *node)
+{
+    return node->index_int32 && node->value_size != 4;
+}
+
+/* Whether a walk's values of node are served as they lie there (a chunk
+ * can be lent from the walk). */
+static int served_as_walked(const zm_store_node *node)
+{
+    return window_shift(node) == 0 && !narrowed(node);
+}
+
 int zm_synth_chunk_lends(const zm_view *view, const zm_store_node *node, const uint64_t *coords)
 {
     const zm_zarr_array_meta *m = &node->meta;
     if (m->rank == 0 || node->producer == ZM_PRODUCE_CELL_STRINGS ||
         node->producer == ZM_PRODUCE_STRINGS || node->producer == ZM_PRODUCE_STRING_SCALAR ||
-        node->value_size == 0 || (coords[0] + 1) * m->chunks[0] > m->shape[0])
+        node->value_size == 0 || (coords[0] + 1) * m->chunks[0] > m->shape[0] ||
+        !served_as_walked(node))
         return 0;
-    /* As zm_synth_chunk: shifted or narrowed values are made, not lent. */
-    if ((node->producer == ZM_PRODUCE_ENTRIES && node->part == ZM_PART_INDICES &&
-         node->element->window != NULL && node->element->window_first != 0) ||
-        (node->index_int32 && node->value_size != 4))
-        return 0;
-    view = zm_view_of((zm_view *)view, node);
+    view = zm_view_of(view, node);
     return zm_synth_walks(view, node) && zm__walk_in_memory(view, node);
 }
 
@@ -664,16 +684,10 @@ int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, co
     }
 
     size_t bytes = (size_t)(chunk_rows * per_row_values * node->value_size);
-    /* A column window's indices are the file's, window_first more than its
-     * own: each value made is taken back to the window's columns (so a
-     * chunk is never lent from a walk as it lies). */
-    uint64_t shift = node->producer == ZM_PRODUCE_ENTRIES && node->part == ZM_PART_INDICES &&
-                             node->element->window != NULL ? node->element->window_first : 0;
-    /* -o index_dtype=int32 over 64-bit (or narrower) values: made at the
-     * source's width, then narrowed; 32-bit values are served as they are. */
-    int narrow = node->index_int32 && node->value_size != 4;
-    if (shift != 0 || narrow)
-        borrowed = NULL;
+    uint64_t shift = window_shift(node);
+    int narrow = narrowed(node);
+    if (!served_as_walked(node))
+        borrowed = NULL; /* its values are made, not lent as they lie */
     struct zm_walk *w = NULL;
     if (zm_synth_walks(view, node)) {
         int rc = zm__walk_of(synth, view, node, &w, err);

@@ -220,19 +220,13 @@ static int walk_next(struct ahead *a, zm_view *view, int only_if_room, const zm_
     chunk_place(a->key, next.path, next.found, 0, &w, path, sizeof path);
     zm_cache_ref ref;
     zm_err err;
+    int chain = 0;
     if (t->codec.kind == ZM_CODEC_NONE) {
         /* Nothing to encode: the walk is made, for its reader to be served
-         * from, and the one after it taken on. */
+         * from, and the one after it taken on (its hand-on the chain's). */
         zm_source_tally *previous = zm_source_tally_set(zm__tally_of(a->stats, view, next.found));
-        int made = zm_synth_walk_make(t->synth, view, next.found, &err) == 0;
+        chain = zm_synth_walk_make(t->synth, view, next.found, &err) == 0;
         zm_source_tally_set(previous);
-        if (turn) { /* the next hand-on is the chain's own */
-            pthread_mutex_lock(&t->mutex);
-            t->handing_on = turn = 0;
-            pthread_mutex_unlock(&t->mutex);
-        }
-        if (made)
-            chain_walk(t, view, a->key, &w);
     } else if (zm__file_in_cache(t, view, a->stats, path, &w, &ref, &err) == 0) {
         /* Making chunk 0 walks the array; encoding its others starts. */
         zm_cache_release(t->files, &ref);
@@ -243,6 +237,8 @@ static int walk_next(struct ahead *a, zm_view *view, int only_if_room, const zm_
         t->handing_on = 0;
         pthread_mutex_unlock(&t->mutex);
     }
+    if (chain)
+        chain_walk(t, view, a->key, &w);
     return 0;
 }
 
