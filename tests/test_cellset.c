@@ -27,6 +27,27 @@ Test(digest, known_values)
     expect_digest(all, 100, 100, "7fbe3479d1eae1ac");
 }
 
+/* Every cell's digest without its positions: the digest of 0 ... n - 1. */
+Test(digest, every_cell_without_positions)
+{
+    char digest[17];
+    zm_cellset_digest_all(0, digest);
+    cr_expect_str_eq(digest, "ab3e7c0b92ca2f0e");
+    zm_cellset_digest_all(3, digest);
+    cr_expect_str_eq(digest, "77cbdcb9826cdac0");
+    zm_cellset_digest_all(100, digest);
+    cr_expect_str_eq(digest, "7fbe3479d1eae1ac");
+    uint32_t *all = malloc(100003 * sizeof *all);
+    cr_assert_not_null(all);
+    for (uint32_t i = 0; i < 100003; i++)
+        all[i] = i;
+    char want[17];
+    zm_cellset_digest(all, 100003, 100003, want);
+    zm_cellset_digest_all(100003, digest);
+    cr_expect_str_eq(digest, want);
+    free(all);
+}
+
 static void expect_encoding(const uint32_t *positions, uint64_t k, uint64_t n,
                             const uint8_t *want, size_t want_length)
 {

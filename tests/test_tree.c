@@ -182,16 +182,30 @@ Test(tree, a_chunk_that_cannot_be_made_is_found_with_its_failure)
     zm__tree_close(damaged);
 }
 
-/* A view that cannot be built (a damaged indptr) fails its own lookup with
- * EIO, naming the element; the mount's other directories are found. */
-Test(tree, a_view_that_cannot_be_built_fails_its_lookup)
+/* A damaged indptr: file/, which lays X out when X is first used, is looked
+ * up, but X's metadata (its documents are made when looked up) fails with
+ * EIO, naming the element, and again when asked again; the view's other
+ * documents and the mount's other directories are found. (A subsample
+ * keeping a damaged cell fails its own lookup: test_source_bad.) */
+Test(tree, a_matrix_that_cannot_be_laid_out_fails_its_metadata)
 {
     zm_tree *damaged = open_source("bad/csr-indptr-not-monotone.h5ad");
     zm_node node;
     zm_err err;
     zm_err_clear(&err);
-    cr_expect_eq(zm__tree_lookup(damaged, "file", &node, &err), -EIO);
-    cr_expect(strstr(err.reason, "indptr") != NULL, "%s", err.reason);
+    cr_expect_eq(zm__tree_lookup(damaged, "file", &node, &err), 0, "%s", err.reason);
+    const char *documents[] = {"file/X/indptr/.zarray", "file/X/data/.zarray", "file/.zmetadata",
+                               "file/X/indptr/.zarray"};
+    for (size_t i = 0; i < 4; i++) {
+        zm_err_clear(&err);
+        int rc = zm__tree_lookup(damaged, documents[i], &node, &err);
+        cr_expect(rc == 0 && node.error == -EIO && node.size == ZM_SIZE_UNMADE, "%s: %d %d",
+                  documents[i], rc, node.error);
+        cr_expect(strstr(err.reason, "indptr") != NULL, "%s: %s", documents[i], err.reason);
+    }
+    zm_err_clear(&err);
+    cr_expect_eq(zm__tree_lookup(damaged, "file/X/.zattrs", &node, &err), 0, "%s", err.reason);
+    cr_expect(node.error == 0 && node.size > 0, "file/X/.zattrs");
     zm_err_clear(&err);
     cr_expect_eq(zm__tree_lookup(damaged, "uniform/seed0", &node, &err), 0, "%s", err.reason);
     zm__tree_close(damaged);

@@ -169,6 +169,8 @@ int zm_codes_from_values(const char *const *values, const size_t *lengths, uint6
 
 /* The cell set digest: 16 lowercase hex digits and a NUL into out. */
 void zm_cellset_digest(const uint32_t *positions, uint64_t k, uint64_t n, char out[17]);
+/* The digest of every cell (positions 0 ... n - 1), without the positions. */
+void zm_cellset_digest_all(uint64_t n, char out[17]);
 
 /* The LEB128 gap encoding of ascending positions (every cell: no bytes).
  * *bytes is malloc'd (may be NULL when *length is 0). */

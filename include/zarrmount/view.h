@@ -184,9 +184,10 @@ const zm_store_node *zm_view_root(const zm_view *view);
 const zm_store_node *zm_view_find(const zm_view *view, const char *path);
 /* The child of a group named name[0 .. length), or NULL (an array has none). */
 const zm_store_node *zm_view_child(const zm_store_node *group, const char *name, size_t length);
-/* Cells in the view, and source row of each view row. */
+/* Cells in the view, and source row of each view row: full/ and file/
+ * make their order when first asked for (NULL: err says why not). */
 uint64_t zm_view_rows(const zm_view *view);
-const uint32_t *zm_view_order(const zm_view *view);
+const uint32_t *zm_view_order(const zm_view *view, zm_err *err);
 zm_source *zm_view_source(const zm_view *view);
 const zm_view_spec *zm_view_get_spec(const zm_view *view);
 /* A kind's method name as paths and .zattrs spell it ("full", "uniform", ...). */
@@ -237,8 +238,16 @@ typedef struct zm_view_sparse_info {
     const int64_t *source_start, *source_end;
     const uint32_t *order; /* the view's order: source row of each view row */
 } zm_view_sparse_info;
+/* A matrix's layout, made when first asked for where its shape needed
+ * nothing read (every entry of every major kept): -EIO for a damaged
+ * source's pointers, said again to every later call. */
 int zm_view_sparse_get(zm_view *view, zm_view_sparse *sparse, zm_view_sparse_info *info,
                        zm_err *err);
+/* Only its axes (element, per_cell_rows, per_cell_columns, rows), the
+ * pointers NULL: nothing laid out, nothing to fail. */
+void zm_view_sparse_axes(const zm_view_sparse *sparse, zm_view_sparse_info *info);
+/* Whether its layout is made (zm_view_sparse_get then reads nothing). */
+int zm_view_sparse_ready(const zm_view_sparse *sparse);
 
 /* The source entries [*start, *end) of view row v. */
 static inline void zm_view_source_range(const zm_view_sparse_info *s, uint64_t v, uint64_t *start,

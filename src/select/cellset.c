@@ -7,18 +7,29 @@
 
 static inline uint32_t rotl32(uint32_t x, unsigned r) { return (x << r) | (x >> (32 - r)); }
 
-void zm_cellset_digest(const uint32_t *positions, uint64_t k, uint64_t n, char out[17])
+/* Two 32-bit lanes; n and k enter as uint32 (both are at most 2^32 − 1).
+ * positions NULL: every position, 0 ... k - 1. */
+static void digest_of(const uint32_t *positions, uint64_t k, uint64_t n, char out[17])
 {
-    /* Two 32-bit lanes; n and k enter as uint32 (both are at most 2^32 − 1). */
     uint32_t a = 0x811c9dc5u ^ (uint32_t)n;
     uint32_t b = 0x9e3779b9u ^ (uint32_t)k;
     for (uint64_t i = 0; i < k; i++) {
-        uint32_t p = positions[i];
+        uint32_t p = positions ? positions[i] : (uint32_t)i;
         a = (a ^ p) * 0x01000193u;
         uint32_t x = b ^ p;
         b = rotl32(x, 13) * 5u + 0xe6546b64u;
     }
     snprintf(out, 17, "%08x%08x", zm__fmix32(a ^ (uint32_t)k), zm__fmix32(b ^ (uint32_t)n));
+}
+
+void zm_cellset_digest(const uint32_t *positions, uint64_t k, uint64_t n, char out[17])
+{
+    digest_of(positions, k, n, out);
+}
+
+void zm_cellset_digest_all(uint64_t n, char out[17])
+{
+    digest_of(NULL, n, n, out);
 }
 
 int zm_cellset_encode(const uint32_t *positions, uint64_t k, uint64_t n, uint8_t **bytes,

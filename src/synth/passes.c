@@ -177,10 +177,10 @@ int zm__can_spill(zm_view *view, const zm_store_node *node)
         return !node->cell_columns;
     if (node->producer != ZM_PRODUCE_ENTRIES)
         return 0;
+    (void)view;
     zm_view_sparse_info s;
-    zm_err err;
-    return zm_view_sparse_get(view, node->sparse, &s, &err) == 0 && s.per_cell_rows &&
-           !s.per_cell_columns;
+    zm_view_sparse_axes(node->sparse, &s);
+    return s.per_cell_rows && !s.per_cell_columns;
 }
 
 /* Where the values of view row v lie in the array, in bytes. */
@@ -533,9 +533,10 @@ int zm__renumbered(zm_view *view, const zm_store_node *node)
 {
     if (node->producer != ZM_PRODUCE_ENTRIES)
         return 0;
+    (void)view;
     zm_view_sparse_info s;
-    zm_err err;
-    return zm_view_sparse_get(view, node->sparse, &s, &err) == 0 && s.per_cell_columns;
+    zm_view_sparse_axes(node->sparse, &s);
+    return s.per_cell_columns;
 }
 
 /* The walk of a renumbered matrix in batches of the view's majors: each

@@ -65,14 +65,15 @@ static void sort_pairs(pair *pairs, uint64_t count)
     free(counts);
 }
 
-/* Source rows of view rows [from, to), sorted, with their output slots. */
+/* Source rows of view rows [from, to), sorted, with their output slots
+ * (NULL: out of memory, for them or for the view's order). */
 pair *zm__sorted_rows(const zm_view *view, uint64_t from, uint64_t to)
 {
-    const uint32_t *order = zm_view_order(view);
-    pair *pairs = malloc((to - from ? to - from : 1) * sizeof *pairs);
+    zm_err err;
+    const uint32_t *order = zm_view_order(view, &err);
+    pair *pairs = order ? malloc((to - from ? to - from : 1) * sizeof *pairs) : NULL;
     if (pairs == NULL)
         return NULL;
-    zm_err err;
     zm_view_kept kept;
     if (from == 0 && to == zm_view_rows(view) && to > 4096 &&
         zm_view_kept_get((zm_view *)view, &kept, &err) == 0) {
@@ -161,7 +162,9 @@ static int walked_strings(zm_view *view, const zm_store_node *node, const zm_str
                           const uint32_t *slot, uint64_t from, uint64_t to, uint64_t items,
                           uint64_t per_row, uint8_t **raw, size_t *raw_size, zm_err *err)
 {
-    const uint32_t *order = slot ? slot : zm_view_order(view);
+    const uint32_t *order = slot ? slot : zm_view_order(view, err);
+    if (order == NULL)
+        return err->code;
     uint64_t total = 0;
     for (uint64_t v = from; v < to; v++)
         total += all->offsets[((uint64_t)order[v] + 1) * per_row] - all->offsets[(uint64_t)order[v] * per_row];
@@ -321,7 +324,7 @@ int zm__entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, uin
         return rc;
     const zm_element *e = s.element;
     zm_source *source = zm_view_source(view);
-    const uint32_t *order = zm_view_order(view);
+    const uint32_t *order = s.order; /* made where rows are cells (per_cell_rows) */
     size_t size = node->value_size;
     /* The view majors overlapping [e0, e1). */
     uint64_t lo = 0, hi = s.rows;
@@ -510,7 +513,8 @@ int zm__fill_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, ui
             uint8_t *rows = malloc((to - from) * width * node->value_size + 1);
             rc = rows ? cell_rows(view, node->source, from, to, rows, err)
                       : zm_err_set(err, -ENOMEM, "out of memory");
-            const uint32_t *order = zm_view_order(view);
+            const uint32_t *order = rc == 0 ? zm_view_order(view, err) : NULL;
+            rc = rc == 0 && order == NULL ? err->code : rc;
             uint64_t columns = node->meta.shape[1];
             for (uint64_t r = 0; rc == 0 && r < to - from; r++)
                 for (uint64_t j = 0; j < columns; j++)
@@ -543,8 +547,12 @@ int zm__fill_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, ui
     case ZM_PRODUCE_POSITIONS: {
         /* Each row's original position: its source row, or in a
          * priority-ordered file the position the file names for it. */
-        const uint32_t *order = zm_view_order(view);
+        const uint32_t *order = zm_view_order(view, err);
         const uint32_t *original = zm_source_priority(source)->original;
+        if (order == NULL) {
+            rc = err->code;
+            break;
+        }
         if (original == NULL) {
             memcpy(out, order + from, (to - from) * 4);
             break;
@@ -589,8 +597,7 @@ int zm_synth_walks(const zm_view *view, const zm_store_node *node)
         return !zm_view_is_identity(view);
     if (node->producer == ZM_PRODUCE_ENTRIES) {
         zm_view_sparse_info s;
-        zm_err err;
-        zm_view_sparse_get((zm_view *)view, node->sparse, &s, &err);
+        zm_view_sparse_axes(node->sparse, &s);
         return s.per_cell_rows || s.per_cell_columns;
     }
     return 0;

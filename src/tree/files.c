@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "zarrmount/log.h"
 
@@ -132,6 +133,32 @@ static void consolidate(zm_tree *t, const zm_store_node *node, const char *path,
     }
 }
 
+/* Whether a sparse matrix under node is still to be laid out: full/ and
+ * file/ lay out each when it is first used, not when they are looked up. */
+static int layouts_deferred(const zm_store_node *node)
+{
+    if (node->sparse != NULL)
+        return !zm_view_sparse_ready(node->sparse);
+    for (size_t i = 0; !node->is_array && i < node->child_count; i++)
+        if (layouts_deferred(node->children[i]))
+            return 1;
+    return 0;
+}
+
+static int matrices_laid_out(zm_view *view, const zm_store_node *node, zm_err *err)
+{
+    if (node->sparse != NULL) {
+        zm_view_sparse_info info;
+        return zm_view_sparse_get(zm_view_of(view, node), node->sparse, &info, err);
+    }
+    for (size_t i = 0; !node->is_array && i < node->child_count; i++) {
+        int rc = matrices_laid_out(view, node->children[i], err);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
 struct make_context {
     zm_tree *tree;
     zm_view *view;
@@ -201,6 +228,23 @@ zm_source_tally *zm__tally_of(view_stats *vs, zm_view *view, const zm_store_node
 static int make_file(void *context, uint8_t **bytes, size_t *size, zm_err *err)
 {
     struct make_context *c = context;
+    /* A matrix's metadata and chunks need its layout: one made late is the
+     * view's building (its reads and time counted there), and a matrix
+     * whose pointers are damaged fails its metadata with EIO, as a
+     * subsample's lookup does, so that no reader opens an array whose every
+     * chunk would fail (zarr-python 2's FSStore fills such chunks). */
+    file_kind kind = c->where->file;
+    if ((kind == F_ZARRAY || kind == F_ZMETADATA || kind == F_CHUNK) &&
+        layouts_deferred(c->where->node)) {
+        zm_source_tally *previous = zm_source_tally_set(&c->stats->build);
+        struct timespec began;
+        clock_gettime(CLOCK_MONOTONIC, &began);
+        int rc = matrices_laid_out(c->view, c->where->node, err);
+        c->stats->build_nanoseconds += (uint64_t)(zm__seconds_since(&began) * 1e9);
+        zm_source_tally_set(previous);
+        if (rc != 0)
+            return rc;
+    }
     if (c->where->file == F_CHUNK)
         c->stats->chunks_made++;
     else
@@ -451,9 +495,8 @@ static void file_key_text(zm_view *view, const char *full_path, const place *w, 
         /* Only a matrix whose rows are the cells and whose columns are not:
          * a CSC matrix's pointers count the kept cells of each gene. */
         zm_view_sparse_info s;
-        zm_err err;
-        if (zm_view_sparse_get(zm_view_of(view, n), n->sparse, &s, &err) != 0 || !s.per_cell_rows ||
-            s.per_cell_columns)
+        zm_view_sparse_axes(n->sparse, &s);
+        if (!s.per_cell_rows || s.per_cell_columns)
             return;
     }
     char chunk[ZM_ZARR_CHUNK_KEY_MAX];

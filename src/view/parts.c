@@ -45,7 +45,7 @@ static int part_make(zm_view *view, size_t i, zm_err *err)
     part->spec = view->spec;
     part->spec.set = NULL; /* the view's; a part keeps no reference of its own */
     part->chunk_bytes = view->chunk_bytes;
-    pthread_mutex_init(&part->mutex, NULL);
+    zm__view_locks_init(part);
     uint64_t count = 0;
     for (uint64_t v = 0; v < k; v++)
         count += rows_of[view->order[v]] != ZM_SOURCE_ABSENT;

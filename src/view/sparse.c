@@ -155,7 +155,7 @@ static void *part_lengths(void *context)
 {
     const struct lengths_part *part = context;
     const zm_view_sparse *s = part->s;
-    const uint32_t *order = part->view->order;
+    const uint32_t *order = part->view->order; /* made (lay_out) */
     const int64_t *p = s->source_indptr;
     for (uint64_t i = part->from; i < part->to; i++) {
         uint64_t m = s->major_is_cell ? order[i] : i;
@@ -275,13 +275,20 @@ static int prefix_layout(zm_view *view, const zm_element *e, zm_view_sparse *s, 
     return rc;
 }
 
-void zm__sparse_free(zm_view_sparse *s)
+/* The layout's pointers let go (a failed layout's too). */
+static void release_pointers(zm_view_sparse *s)
 {
     if (s->indptr != s->source_indptr)
         free(s->indptr);
     free(s->source_indptr);
     free(s->source_start);
     free(s->source_end);
+    s->indptr = s->source_indptr = s->source_start = s->source_end = NULL;
+}
+
+void zm__sparse_free(zm_view_sparse *s)
+{
+    release_pointers(s);
     free(s);
 }
 
@@ -308,41 +315,36 @@ static int window_layout(zm_view *view, const zm_element *e, zm_view_sparse *s, 
     return 0;
 }
 
-/* Lays out a sparse matrix in the view: which majors, in which order, and
- * how many entries each keeps. */
-int zm__sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **out, zm_err *err)
+static int add_layout(zm_view *view, zm_view_sparse *s, zm_err *err)
 {
-    zm_view_sparse *s = calloc(1, sizeof *s);
-    if (s == NULL)
+    zm_view_sparse **list = realloc(view->sparses, (view->sparse_count + 1) * sizeof *list);
+    if (list == NULL)
         return zm_err_set(err, -ENOMEM, "out of memory");
+    view->sparses = list;
+    view->sparses[view->sparse_count++] = s;
+    return 0;
+}
+
+/* The pointers of a layout whose axes are set (s->element, major_is_cell,
+ * minor_is_cell, majors): read, checked, and the view's made from them. A
+ * failure leaves none. */
+static int lay_out(zm_view *view, zm_view_sparse *s, zm_err *err)
+{
+    const zm_element *e = s->element;
     if (e->window != NULL) {
-        s->element = e;
-        s->major_is_cell = e->axes[0] == ZM_AXIS_OBS && !view->identity;
-        s->majors = view->rows;
-        int rc = window_layout(view, e, s, err);
-        if (rc == 0) {
-            zm_view_sparse **list = realloc(view->sparses, (view->sparse_count + 1) * sizeof *list);
-            if (list == NULL)
-                rc = zm_err_set(err, -ENOMEM, "out of memory");
-            else {
-                view->sparses = list;
-                view->sparses[view->sparse_count++] = s;
-                *out = s;
-                return 0;
-            }
-        }
-        zm__sparse_free(s);
+        int rc = zm__order_made(view, err);
+        if (rc == 0)
+            rc = window_layout(view, e, s, err);
+        if (rc != 0)
+            release_pointers(s);
         return rc;
     }
     int csr = e->sparse_format == ZM_SPARSE_CSR;
-    s->element = e;
-    s->major_is_cell = (csr ? e->axes[0] : e->axes[1]) == ZM_AXIS_OBS;
-    s->minor_is_cell = (csr ? e->axes[1] : e->axes[0]) == ZM_AXIS_OBS;
-    if (view->identity)
-        s->major_is_cell = s->minor_is_cell = 0; /* every cell, in file order */
     uint64_t source_majors = csr ? e->shape[0] : e->shape[1];
-    s->majors = s->major_is_cell ? view->rows : source_majors;
-    int rc = s->major_is_cell && s->majors < source_majors
+    /* Cells as majors are read in view order: the order is made first. */
+    int rc = s->major_is_cell ? zm__order_made(view, err) : 0;
+    if (rc == 0)
+        rc = s->major_is_cell && s->majors < source_majors
                  ? read_pointers_of(view, e->indptr, &s->source_start, &s->source_end, err)
                  : read_int64s(view->source, e->indptr, &s->source_indptr, err);
     if (rc == 0)
@@ -402,33 +404,114 @@ int zm__sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **out, 
             s->indptr[i + 1] = s->indptr[i] + kept;
         }
     }
+    if (rc != 0)
+        release_pointers(s);
+    return rc;
+}
+
+uint64_t zm__sparse_entries(const zm_view_sparse *s)
+{
+    /* A deferred layout keeps every stored value (checked when it is made). */
+    if (atomic_load_explicit(&s->deferred, memory_order_acquire))
+        return zm_array_describe(s->element->values)->shape[0];
+    return (uint64_t)s->indptr[s->majors];
+}
+
+/* Lays out a sparse matrix in the view: which majors, in which order, and
+ * how many entries each keeps. */
+int zm__sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **out, zm_err *err)
+{
+    zm_view_sparse *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory");
+    s->element = e;
+    s->view = view;
+    uint64_t source_majors;
+    if (e->window != NULL) {
+        s->major_is_cell = e->axes[0] == ZM_AXIS_OBS && !view->identity;
+        s->majors = source_majors = view->rows;
+    } else {
+        int csr = e->sparse_format == ZM_SPARSE_CSR;
+        s->major_is_cell = (csr ? e->axes[0] : e->axes[1]) == ZM_AXIS_OBS;
+        s->minor_is_cell = (csr ? e->axes[1] : e->axes[0]) == ZM_AXIS_OBS;
+        if (view->identity)
+            s->major_is_cell = s->minor_is_cell = 0; /* every cell, in file order */
+        source_majors = csr ? e->shape[0] : e->shape[1];
+        s->majors = s->major_is_cell ? view->rows : source_majors;
+    }
+    /* Every entry of every major kept (its entries are the stored values):
+     * laid out when first read, so that a lookup of full/ reads no
+     * pointers. */
+    int rc = 0;
+    if (e->window == NULL && !s->minor_is_cell && s->majors == source_majors)
+        atomic_store_explicit(&s->deferred, 1, memory_order_relaxed);
+    else
+        rc = lay_out(view, s, err);
+    if (rc == 0)
+        rc = add_layout(view, s, err);
     if (rc != 0) {
         zm__sparse_free(s);
         return rc;
     }
-    zm_view_sparse **list = realloc(view->sparses, (view->sparse_count + 1) * sizeof *list);
-    if (list == NULL) {
-        zm__sparse_free(s);
-        return zm_err_set(err, -ENOMEM, "out of memory");
-    }
-    view->sparses = list;
-    view->sparses[view->sparse_count++] = s;
     *out = s;
     return 0;
+}
+
+void zm_view_sparse_axes(const zm_view_sparse *sparse, zm_view_sparse_info *info)
+{
+    *info = (zm_view_sparse_info){.element = sparse->element,
+                                  .per_cell_rows = sparse->major_is_cell,
+                                  .per_cell_columns = sparse->minor_is_cell,
+                                  .rows = sparse->majors};
+}
+
+int zm_view_sparse_ready(const zm_view_sparse *sparse)
+{
+    return !atomic_load_explicit(&sparse->deferred, memory_order_acquire);
+}
+
+/* A deferred layout made (its view's layout_mutex held), checked against
+ * the length its store gave its entries. */
+static int deferred_layout(zm_view_sparse *s, zm_err *err)
+{
+    if (s->failure.code != 0) {
+        *err = s->failure;
+        return s->failure.code;
+    }
+    int rc = lay_out(s->view, s, err);
+    uint64_t stored = zm_array_describe(s->element->values)->shape[0];
+    if (rc == 0 && (uint64_t)s->indptr[s->majors] != stored) {
+        rc = zm_err_set(err, -EIO, "%s: its pointers keep %" PRId64 " entries, not the %" PRIu64
+                        " stored", s->element->path, s->indptr[s->majors], stored);
+        release_pointers(s);
+    }
+    if (rc == -EIO)
+        s->failure = *err; /* the source is damaged: said again, not read again */
+    return rc;
 }
 
 int zm_view_sparse_get(zm_view *view, zm_view_sparse *sparse, zm_view_sparse_info *info,
                        zm_err *err)
 {
-    (void)err;
-    info->element = sparse->element;
-    info->per_cell_rows = sparse->major_is_cell;
-    info->per_cell_columns = sparse->minor_is_cell;
-    info->rows = sparse->majors;
+    (void)view; /* the layout is its own view's (a modality's part for its matrices) */
+    if (atomic_load_explicit(&sparse->deferred, memory_order_acquire)) {
+        zm_view *owner = sparse->view;
+        pthread_mutex_lock(&owner->layout_mutex);
+        int rc = 0;
+        if (atomic_load_explicit(&sparse->deferred, memory_order_relaxed)) {
+            rc = deferred_layout(sparse, err);
+            if (rc == 0)
+                atomic_store_explicit(&sparse->deferred, 0, memory_order_release);
+        }
+        pthread_mutex_unlock(&owner->layout_mutex);
+        if (rc != 0)
+            return rc;
+    }
+    zm_view_sparse_axes(sparse, info);
     info->indptr = sparse->indptr;
     info->source_indptr = sparse->source_indptr;
     info->source_start = sparse->source_start;
     info->source_end = sparse->source_end;
-    info->order = view->order;
+    info->order = sparse->view->order;
     return 0;
 }

@@ -270,7 +270,7 @@ static int sparse_node(struct builder *b, const zm_element *e, const char *name,
     group->attrs = json_pack("{s:s, s:s, s:[I, I]}", "encoding-type", csr ? "csr_matrix" : "csc_matrix",
                              "encoding-version", "0.1.0", "shape", (json_int_t)shape[0],
                              (json_int_t)shape[1]);
-    uint64_t nnz = (uint64_t)s->indptr[s->majors];
+    uint64_t nnz = zm__sparse_entries(s);
     static const char *const names[] = {"data", "indices", "indptr"};
     const zm_array *arrays[] = {e->values, e->indices, e->indptr};
     for (int part = 0; rc == 0 && part < 3; part++) {

@@ -22,7 +22,10 @@ struct attachment {
 };
 
 uint64_t zm_view_rows(const zm_view *view) { return view->rows; }
-const uint32_t *zm_view_order(const zm_view *view) { return view->order; }
+const uint32_t *zm_view_order(const zm_view *view, zm_err *err)
+{
+    return zm__order_made(view, err) == 0 ? view->order : NULL;
+}
 zm_source *zm_view_source(const zm_view *view) { return view->source; }
 const zm_view_spec *zm_view_get_spec(const zm_view *view) { return &view->spec; }
 const char *zm_view_digest(const zm_view *view) { return view->digest; }
@@ -83,6 +86,7 @@ void zm_view_free(zm_view *view)
     free(view->by_source);
     zm_view_set_unref(view->spec.set);
     pthread_mutex_destroy(&view->mutex);
+    pthread_mutex_destroy(&view->layout_mutex);
     free(view);
 }
 
@@ -188,6 +192,8 @@ const uint64_t *zm__cells_by_source(zm_view *view, unsigned *bits, uint64_t **ow
     uint64_t n = view->rows;
     int keep = 2 * n <= zm_source_n_obs(view->source);
     *owned = NULL;
+    if (zm__order_made(view, err) != 0)
+        return NULL;
     if (keep) {
         pthread_mutex_lock(&view->mutex);
         if (view->by_source != NULL) {
@@ -238,12 +244,15 @@ uint64_t zm_view_bytes(zm_view *view)
 {
     uint64_t n = zm_source_n_obs(view->source), k = view->rows;
     pthread_mutex_lock(&view->mutex);
-    uint64_t bytes = k * sizeof *view->order + (view->inverse ? n * sizeof *view->inverse : 0) +
+    uint64_t bytes = (view->order ? k * sizeof *view->order : 0) +
+                     (view->inverse ? n * sizeof *view->inverse : 0) +
                      (view->by_source ? k * sizeof *view->by_source : 0);
     pthread_mutex_unlock(&view->mutex);
     for (size_t i = 0; i < view->sparse_count; i++) {
         const zm_view_sparse *s = view->sparses[i];
         const zm_element *e = s->element;
+        if (atomic_load_explicit(&s->deferred, memory_order_acquire))
+            continue; /* nothing held yet */
         uint64_t source_majors = e->sparse_format == ZM_SPARSE_CSR ? e->shape[0] : e->shape[1];
         bytes += (s->majors + 1) * sizeof *s->indptr;
         if (s->source_indptr != NULL && s->source_indptr != s->indptr)
@@ -258,6 +267,8 @@ uint64_t zm_view_bytes(zm_view *view)
 
 const uint32_t *zm_view_inverse(zm_view *view, zm_err *err)
 {
+    if (zm__order_made(view, err) != 0)
+        return NULL;
     pthread_mutex_lock(&view->mutex);
     if (view->inverse == NULL) {
         uint64_t n = zm_source_n_obs(view->source);
@@ -278,6 +289,64 @@ const uint32_t *zm_view_inverse(zm_view *view, zm_err *err)
 
 /* ---- Selection ------------------------------------------------------------- */
 
+void zm__view_locks_init(zm_view *view)
+{
+    pthread_mutex_init(&view->mutex, NULL);
+    pthread_mutex_init(&view->layout_mutex, NULL);
+}
+
+/* The order of a deferred view of every cell (mutex held): file order for
+ * file/ and for full/ of a priority-ordered file (its rows are its seed's
+ * priority order, as verified when it opened), else the kernel's priority
+ * order of seed 0. */
+static int make_order(zm_view *view, zm_err *err)
+{
+    uint64_t n = view->rows;
+    if (view->identity) {
+        view->order = zm__big_alloc(n * sizeof *view->order);
+        if (view->order == NULL)
+            return zm_err_set(err, -ENOMEM, "out of memory ordering %" PRIu64 " cells", n);
+        for (uint64_t i = 0; i < n; i++)
+            view->order[i] = (uint32_t)i;
+        return 0;
+    }
+    zm_view_request made;
+    int rc = zm_view_request_make(view->source, &view->spec, &made, err);
+    if (rc != 0)
+        return rc;
+    zm_selection selection;
+    rc = zm_select(&made.request, &selection, err);
+    zm_view_request_free(&made);
+    if (rc != 0)
+        return rc;
+    if (selection.k != n) {
+        zm_selection_free(&selection);
+        return zm_err_set(err, -EIO, "full/: the kernel kept %" PRIu64 " of %" PRIu64 " cells",
+                          selection.k, n);
+    }
+    view->order = selection.order;
+    selection.order = NULL;
+    zm_selection_free(&selection);
+    return 0;
+}
+
+int zm__order_made(const zm_view *view_c, zm_err *err)
+{
+    /* The order is the view's state made late, not a change of the view. */
+    zm_view *view = (zm_view *)view_c;
+    if (!atomic_load_explicit(&view->order_deferred, memory_order_acquire))
+        return 0;
+    pthread_mutex_lock(&view->mutex);
+    int rc = 0;
+    if (atomic_load_explicit(&view->order_deferred, memory_order_relaxed)) {
+        rc = make_order(view, err);
+        if (rc == 0)
+            atomic_store_explicit(&view->order_deferred, 0, memory_order_release);
+    }
+    pthread_mutex_unlock(&view->mutex);
+    return rc;
+}
+
 static int select_cells(zm_view *view, zm_err *err)
 {
     uint64_t n = zm_source_n_obs(view->source);
@@ -287,6 +356,17 @@ static int select_cells(zm_view *view, zm_err *err)
     if (view->spec.kind == ZM_VIEW_FULL || view->spec.kind == ZM_VIEW_FILE)
         view->spec.seed = p->verified ? p->seed : 0;
     const zm_view_set *set = view->spec.set;
+    if ((view->spec.kind == ZM_VIEW_FULL || view->spec.kind == ZM_VIEW_FILE) && set == NULL &&
+        n > 0 && zm_source_modality_count(view->source) == 0) {
+        /* Every cell: what the store's structure needs is known now, its
+         * order made when first asked for (a MuData's parts need it now). */
+        view->rows = n;
+        view->identity = view->spec.kind == ZM_VIEW_FILE || p->verified;
+        view->prefix = 1;
+        zm_cellset_digest_all(n, view->digest);
+        atomic_store_explicit(&view->order_deferred, 1, memory_order_relaxed);
+        return 0;
+    }
     if (view->spec.kind == ZM_VIEW_FILE && set != NULL) {
         /* A set's cells in file order (its original positions ascending,
          * but in a priority-ordered file, whose rows are not). */
@@ -323,7 +403,7 @@ static int select_cells(zm_view *view, zm_err *err)
         for (uint64_t i = 0; i < n; i++)
             view->order[i] = (uint32_t)i;
         view->prefix = n > 0;
-        zm_cellset_digest(view->order, n, n, view->digest);
+        zm_cellset_digest_all(n, view->digest);
         return 0;
     }
     zm_view_request made;
@@ -478,7 +558,7 @@ int zm_view_create(zm_source *source, const zm_view_spec *spec, uint64_t chunk_b
     if (spec->set != NULL)
         zm_view_set_ref(spec->set); /* the view's own, let go in zm_view_free */
     view->chunk_bytes = chunk_bytes ? chunk_bytes : ZM_DEFAULT_CHUNK_BYTES;
-    pthread_mutex_init(&view->mutex, NULL);
+    zm__view_locks_init(view);
     int rc = select_cells(view, err);
     if (rc == 0)
         rc = zm__parts_make(view, err); /* a MuData's modalities, which its store holds */

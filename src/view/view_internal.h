@@ -7,6 +7,7 @@
 #define ZARRMOUNT_VIEW_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,14 @@ struct zm_view_sparse {
      * cell. */
     int64_t *source_indptr;
     int64_t *source_start, *source_end;
+    /* A layout that keeps every entry of every major needs nothing read to
+     * give its shape (its entries are the stored values): it is laid out
+     * when first asked for (zm_view_sparse_get), under its view's
+     * layout_mutex. 1 while the pointers above are not made yet; a layout
+     * that found the source damaged keeps why (failure.code -EIO). */
+    atomic_int deferred;
+    zm_err failure;
+    struct zm_view *view; /* the view whose matrix it is (a part's, for a modality's) */
 };
 
 /* What another layer keeps for a view (view.c). */
@@ -35,11 +44,17 @@ struct zm_view {
     uint64_t chunk_bytes;
     uint64_t rows;       /* cells in the view */
     uint32_t *order;     /* view row → source row */
+    /* full/ and file/ of every cell know their rows, identity, prefix and
+     * digest without their order, which is made when first asked for
+     * (zm__order_made), under mutex: a lookup of full/ reads nothing per
+     * cell. 1 while order is not made yet. */
+    atomic_int order_deferred;
     int identity;        /* order is 0, 1, 2, ... */
     int prefix;          /* the cells are source rows [0, rows), in any order */
     char digest[17];
     zm_store_node *root;
     pthread_mutex_t mutex;
+    pthread_mutex_t layout_mutex; /* deferred sparse layouts (which take mutex) */
     uint32_t *inverse;   /* source row → view row or ZM_VIEW_NOT_KEPT, made when first needed */
     /* A subsample's cells in source order, each source row << by_source_bits
      * | view row: 8 bytes a kept cell where the inverse map takes 4 a source
@@ -64,11 +79,19 @@ struct zm_view {
  * (freed with free()); the view's cells by source row; every group's children
  * ordered by name, which zm_view_child searches. */
 void *zm__big_alloc(size_t bytes);
+/* A view's locks, made once it is allocated (zm_view_create, a part). */
+void zm__view_locks_init(zm_view *view);
+/* The view's order made (a deferred one now), or why not. */
+int zm__order_made(const zm_view *view, zm_err *err);
 const uint64_t *zm__cells_by_source(zm_view *view, unsigned *bits, uint64_t **owned, zm_err *err);
 int zm__index_store(zm_store_node *node);
 
-/* In sparse.c: a sparse matrix laid out in the view (kept in view->sparses). */
+/* In sparse.c: a sparse matrix laid out in the view (kept in view->sparses):
+ * now, or when first asked for where its shape needs nothing read (every
+ * entry of every major kept: its entries are the stored values). */
 int zm__sparse_layout(zm_view *view, const zm_element *e, zm_view_sparse **out, zm_err *err);
+/* Entries the view's matrix keeps (its data's length). */
+uint64_t zm__sparse_entries(const zm_view_sparse *s);
 void zm__sparse_free(zm_view_sparse *s);
 
 /* In parts.c: a MuData view's parts (before its store is built), and their

@@ -5,14 +5,17 @@ Sources from tests/source/make_damaged_sources.py (made here, each beside the
 intact file it was made from): sparse indices outside the matrix, a
 categorical's codes outside its categories, a corrupt deflate chunk in X/data
 and in an obs column (some files of a store cannot be made), and a
-non-monotone indptr (no view can be built). Each is mounted live (through
+non-monotone indptr (no subsample keeping a damaged cell can be built; a whole
+view's matrix cannot be opened). Each is mounted live (through
 run_mount_test.sh) beside its intact file, and file/, full/ and a subsample
 that keeps a damaged cell are read:
 
 - a file that cannot be made exists (os.path.isfile: zarr-python 2 asks it
   before reading a chunk, and takes "no" for a missing chunk, which it fills
   with the fill value), has a size above 0, and its open or read fails with
-  EIO; a view that cannot be built fails its own lookup with EIO;
+  EIO; a view that cannot be built fails its own lookup with EIO; file/ and
+  full/, which lay a matrix out when it is first used (their lookup reads no
+  pointers), fail its metadata documents (.zarray, .zmetadata) with EIO;
 - zarr-python (2 or 3: zarr.open_group, then the array read), anndata
   (anndata.read_zarr, then X and obs; skipped, saying why, where anndata is
   not installed: Debian 13 packages none) and dask (dask.array.from_zarr
@@ -222,7 +225,17 @@ def view_damage(work, name, entry, intact_path):
             label = f"{name}: {view}/"
             root = damaged.path(view).decode()
             error, value = raised(lambda: os.stat(root))
-            check(f"{label} the view's lookup fails with EIO", is_eio(error), shown(error, value))
+            if view in ("file", "full"):
+                check(f"{label} the view's lookup reads no pointers: it succeeds", error is None,
+                      shown(error, value))
+                for doc in ("X/indptr/.zarray", "X/indices/.zarray", "X/data/.zarray", ".zmetadata"):
+                    got = read_or_errno(os.path.join(root, doc))
+                    check(f"{label} {doc}: the matrix's metadata fails with EIO", got == errno.EIO,
+                          str(got)[:200])
+                got = read_or_errno(os.path.join(root, "obs/.zattrs"))
+                check(f"{label} ... its other documents read", not isinstance(got, int), str(got))
+            else:
+                check(f"{label} the view's lookup fails with EIO", is_eio(error), shown(error, value))
             read_with_readers(root, "X/indices", label, expect_eio=False)
         check(f"{name}: the mount's own files still read",
               not isinstance(read_or_errno(damaged.path(".zarrmount/info.json")), int)
@@ -232,6 +245,10 @@ def view_damage(work, name, entry, intact_path):
     lines = [line for line in log.splitlines() if line.startswith("zarrmount: lookup ")]
     check(f"{name}: the log names the view, the element and why",
           lines and all(all(piece in line for piece in entry["reason"]) for line in lines), log[-1500:])
+    lines = [line for line in log.splitlines() if "cannot be made" in line]
+    check(f"{name}: ... and for file/ and full/ the matrix's documents, the element and why",
+          all(any(f"{view}/X/indptr/.zarray" in line and all(piece in line for piece in entry["reason"])
+                  for line in lines) for view in ("file", "full")), log[-1500:])
     check(f"{name}: the daemon stayed up", alive)
 
 
