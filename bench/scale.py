@@ -224,7 +224,8 @@ class Bench:
         self.line(f"{kind}: daemon VmHWM after the view read vs bound, MiB", hwm / MiB, bound / MiB,
                   target=True)
         print(f"# {kind}: the mount point's root answered stat {up_s:.3f} s after the exec; the "
-              f"rest of the mount time is the lookup of full/ (the view built)", flush=True)
+              f"rest of the mount time is the lookup of full/ (which reads nothing a cell: its order "
+              f"and X's layout are made when first used)", flush=True)
         print(f"# {kind}: the read's process took {wall:.3f} s in all (start and imports included); "
               f"daemon VmHWM {mounted_hwm / MiB:.0f} MiB once mounted; bound = cache_size "
               f"{CACHE_SIZE / MiB:.0f} MiB + 8 B x {n:,} cells + 64 MiB; the daemon read (rchar) "
