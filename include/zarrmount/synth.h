@@ -37,6 +37,7 @@ typedef struct zm_synth_walk_stats {
     uint64_t spilled;      /* walks made in batches through a spill file */
     uint64_t spilled_bytes;
     uint64_t reclaimed;    /* walks whose memory was taken back for another */
+    uint64_t released_bytes; /* given back early: walks' bytes under chunks done with */
 } zm_synth_walk_stats;
 void zm_synth_get_walk_stats(const zm_synth *synth, zm_synth_walk_stats *out);
 
@@ -71,11 +72,13 @@ void zm_synth_walk_retire(const zm_view *view, const zm_store_node *node);
  * fit in what walks may hold waits a while (at most 2 s) for an expected
  * walk to retire, rather than spill. */
 void zm_synth_walk_expect(const zm_view *view, const zm_store_node *node, int expect);
-/* With codec none, whole chunks of a walk in memory are served from the
- * walk itself (zm_synth_chunk lends them) rather than copied into a cache:
- * the last byte of row chunk `chunk` served is said here. Once every row
- * chunk has been, the walk is retired (as by zm_synth_walk_retire) and 1
- * returned; else 0. */
+/* Says that row chunk `chunk` of a walked array is done with: with codec
+ * none, its last byte served from the walk (zm_synth_chunk lends whole
+ * chunks of a walk in memory rather than copying them into a cache); else
+ * made and kept. Once every row chunk has been, the walk is retired (as by
+ * zm_synth_walk_retire); before, the walk's memory under its chunks done
+ * from the first on is given back in steps (a chunk there asked for again
+ * is made alone). 1 when either made room for other walks; else 0. */
 int zm_synth_walk_served(const zm_view *view, const zm_store_node *node, uint64_t chunk);
 /* Makes the array's walk now unless it is made (walking ahead of a reader). */
 int zm_synth_walk_make(zm_synth *synth, zm_view *view, const zm_store_node *node, zm_err *err);

@@ -701,6 +701,12 @@ int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, co
         if (rc != 0)
             return rc;
     }
+    if (w != NULL && w->bytes != NULL && from * per_row_values * node->value_size < w->released) {
+        /* Its rows' memory given back (the chunk was done with and is
+         * asked for again): made alone, as without a walk. */
+        zm__walk_put(w);
+        w = NULL;
+    }
     if (w != NULL && w->bytes != NULL && borrowed && to - from == chunk_rows && bytes > 0) {
         /* A whole chunk of a walk in memory: its rows lie there as they are. */
         *raw = w->bytes + from * per_row_values * node->value_size;

@@ -17,7 +17,7 @@
  * first, whose memory is taken back when a new walk needs it. */
 struct zm_synth {
     _Atomic uint64_t limit, held;
-    _Atomic uint64_t spilled, spilled_bytes, reclaimed;
+    _Atomic uint64_t spilled, spilled_bytes, reclaimed, released_bytes;
     pthread_mutex_t mutex; /* the retired list, the expected count */
     struct zm_walk **retired;
     size_t retired_count, retired_capacity;
@@ -74,6 +74,12 @@ struct zm_walk {
      * zm_synth_walk_served), under mutex: once all are, it retires. */
     uint8_t *served;
     uint64_t served_count;
+    /* Chunks [0, done_prefix) all served (or made and kept), and the bytes
+     * [0, released) of an in-memory walk given back (munmap) once they are:
+     * a chunk there is made alone, never read from the walk. released
+     * changes only under mutex with no user, so a user reads it freely. */
+    uint64_t done_prefix;
+    size_t released;
 };
 
 /* A spilled walk of strings: blocks of this size, a buffer a chunk. */

@@ -64,7 +64,7 @@ uint64_t zm_synth_walk_room(zm_synth *synth)
         if (pthread_mutex_trylock(&w->mutex) != 0)
             continue;
         if (w->claimed && w->state == 1 && w->users == 0)
-            room += w->size;
+            room += w->size - w->released;
         pthread_mutex_unlock(&w->mutex);
     }
     pthread_mutex_unlock(&synth->mutex);
@@ -79,6 +79,7 @@ void zm_synth_get_walk_stats(const zm_synth *synth, zm_synth_walk_stats *out)
     out->spilled = atomic_load(&s->spilled);
     out->spilled_bytes = atomic_load(&s->spilled_bytes);
     out->reclaimed = atomic_load(&s->reclaimed);
+    out->released_bytes = atomic_load(&s->released_bytes);
 }
 
 /* Batches of a walk: their buffer is at most 32 MiB and an eighth of what
@@ -124,8 +125,8 @@ static void unlist_locked(zm_synth *s, struct zm_walk *walk)
  * Under its mutex, with no user. */
 static void release_values(struct zm_walk *w)
 {
-    if (w->bytes != NULL && w->size > 0)
-        munmap(w->bytes, w->size);
+    if (w->bytes != NULL && w->size > w->released)
+        munmap(w->bytes + w->released, w->size - w->released);
     w->bytes = NULL;
     zm_strings_free(&w->strings);
     memset(&w->strings, 0, sizeof w->strings);
@@ -134,10 +135,46 @@ static void release_values(struct zm_walk *w)
     free(w->served);
     w->served = NULL;
     w->served_count = 0;
+    w->done_prefix = 0;
     if (w->claimed)
-        atomic_fetch_sub(&w->synth->held, w->size);
+        atomic_fetch_sub(&w->synth->held, w->size - w->released);
+    w->released = 0;
     w->claimed = 0;
     w->state = 0;
+}
+
+/* A walk's prefix is given back in steps of at least this, on huge page
+ * boundaries (the walk is mapped in them where it is big). */
+#define RELEASE_STEP ((uintptr_t)32 << 20)
+#define RELEASE_ALIGN ((uintptr_t)2 << 20)
+
+/* Under w's mutex with no user: the bytes of its chunks [0, done_prefix)
+ * given back, whole huge pages of them, so that the next walk fits sooner
+ * (an array of 400 MB walked while the one before it is still being
+ * encoded). Only a walk in memory of whole rows a chunk (every dimension
+ * but the first in one chunk), counted in what walks hold. Returns the
+ * bytes given back. */
+static size_t release_prefix(struct zm_walk *w, const zm_store_node *node)
+{
+    if (w->state != 1 || w->bytes == NULL || w->fd >= 0 || !w->claimed || w->users > 0)
+        return 0;
+    for (unsigned d = 1; d < node->meta.rank; d++)
+        if (node->grid[d] != 1)
+            return 0;
+    uint64_t end = w->done_prefix * node->meta.chunks[0] * w->row_bytes;
+    if (end >= w->size)
+        return 0; /* every chunk served: the walk retires whole */
+    uintptr_t base = (uintptr_t)w->bytes;
+    uintptr_t cut = (base + (uintptr_t)end) & ~(RELEASE_ALIGN - 1);
+    if (cut <= base + w->released || cut - (base + w->released) < RELEASE_STEP)
+        return 0;
+    size_t from = w->released, to = (size_t)(cut - base);
+    if (munmap(w->bytes + from, to - from) != 0)
+        return 0;
+    w->released = to;
+    atomic_fetch_sub(&w->synth->held, to - from);
+    atomic_fetch_add(&w->synth->released_bytes, to - from);
+    return to - from;
 }
 
 /* How long a new walk that does not fit waits for walks that are to
@@ -421,6 +458,7 @@ int zm_synth_walk_served(const zm_view *view, const zm_store_node *node, uint64_
     if (w == NULL || chunk >= chunks)
         return 0;
     int all = 0;
+    size_t released = 0;
     pthread_mutex_lock(&w->mutex);
     if (w->state == 1 && w->bytes != NULL) {
         if (w->served == NULL)
@@ -428,12 +466,23 @@ int zm_synth_walk_served(const zm_view *view, const zm_store_node *node, uint64_
         if (w->served != NULL && !w->served[chunk]) {
             w->served[chunk] = 1;
             all = ++w->served_count == chunks;
+            while (w->done_prefix < chunks && w->served[w->done_prefix])
+                w->done_prefix++;
         }
+        if (!all)
+            released = release_prefix(w, node);
     }
     pthread_mutex_unlock(&w->mutex);
     if (all)
         zm_synth_walk_retire(view, node);
-    return all;
+    if (released > 0) {
+        /* A walk waiting for room (claim_reclaiming) looks again. */
+        zm_synth *s = w->synth;
+        pthread_mutex_lock(&s->mutex);
+        pthread_cond_broadcast(&s->room);
+        pthread_mutex_unlock(&s->mutex);
+    }
+    return all || released > 0;
 }
 
 int zm_synth_walk_make(zm_synth *synth, zm_view *view, const zm_store_node *node, zm_err *err)

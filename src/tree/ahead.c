@@ -291,13 +291,17 @@ static void *encode_ahead(void *context)
             uint64_t kept;
             if (t->kernel_reads_kept && zm__kept_size(t, view, path, &w, &kept)) {
                 a->done++; /* the kernel reads it from the disk cache */
-                continue;
+            } else {
+                zm_cache_ref ref;
+                if (zm__file_in_cache(t, view, a->stats, path, &w, &ref, &err) != 0)
+                    break;
+                zm_cache_release(t->files, &ref);
+                a->done++;
             }
-            zm_cache_ref ref;
-            if (zm__file_in_cache(t, view, a->stats, path, &w, &ref, &err) != 0)
-                break;
-            zm_cache_release(t->files, &ref);
-            a->done++;
+            /* Made: the walk's memory under the chunks made from the first
+             * on goes back, and a next walk put off for want of it may go. */
+            if (zm_synth_walk_served(view, a->node, c))
+                hand_on_put_off(t, view);
         }
         /* Every chunk made: the walk's memory may go to the next walk
          * (zm_synth_walk_retire). Said by whichever thread made the last. */

@@ -372,11 +372,12 @@ static json_t *stats_document(zm_tree *t, uint64_t serial)
     zm_synth_walk_stats ws;
     zm_synth_get_walk_stats(t->synth, &ws);
     json_object_set_new(sum, "walks",
-                        json_pack("{s:I, s:I, s:I, s:I, s:I}", "heldBytes", (json_int_t)ws.held_bytes,
-                                  "limitBytes", (json_int_t)ws.limit_bytes, "spilled",
-                                  (json_int_t)ws.spilled, "spilledBytes",
-                                  (json_int_t)ws.spilled_bytes, "reclaimed",
-                                  (json_int_t)ws.reclaimed));
+                        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "heldBytes",
+                                  (json_int_t)ws.held_bytes, "limitBytes",
+                                  (json_int_t)ws.limit_bytes, "spilled", (json_int_t)ws.spilled,
+                                  "spilledBytes", (json_int_t)ws.spilled_bytes, "reclaimed",
+                                  (json_int_t)ws.reclaimed, "releasedBytes",
+                                  (json_int_t)ws.released_bytes));
 
     work works[WORKS_SHOWN];
     size_t work_count = list_works(t, works, WORKS_SHOWN, 1);
