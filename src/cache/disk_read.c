@@ -175,6 +175,16 @@ static void forget_entry(zm_disk *disk, struct found *f, int with_data)
     pthread_mutex_unlock(&disk->lock);
 }
 
+/* Removes a damaged entry, counted first: another thread that then finds
+ * it gone makes its chunk again and may answer a read of stats.json at
+ * once, which must count it (counted after the removal, a thread held up
+ * between the two, by its time slice or by the cache's lock, left it out). */
+static void forget_damaged(zm_disk *disk, struct found *f, int with_data)
+{
+    disk->damaged++;
+    forget_entry(disk, f, with_data);
+}
+
 /* Moves an entry of format 1 (header, names and payload in one file) to
  * the current format. 0 when there was one and it moved; -ENOENT when there
  * is none (or it was damaged: then it is removed). */
@@ -256,8 +266,7 @@ static int find_header(zm_disk *disk, const char *space, const char *key, struct
         why = check_header(file, length, DISK_FORMAT, &h);
     if (why != NULL) {
         free(file);
-        forget_entry(disk, f, 0);
-        disk->damaged++;
+        forget_damaged(disk, f, 0);
         return zm_err_set(err, -EBADMSG, "cache entry %s was %s: removed", path, why);
     }
     int ours = names(&h, file, space, key);
@@ -296,8 +305,7 @@ static int find(zm_disk *disk, const char *space, const char *key, struct found 
     if ((uint64_t)f->data_seen.st_size != f->length) {
         close(f->fd);
         f->fd = -1;
-        forget_entry(disk, f, 1);
-        disk->damaged++;
+        forget_damaged(disk, f, 1);
         return zm_err_set(err, -EBADMSG, "cache entry %s was truncated or extended: removed", path);
     }
     return 0;
@@ -308,8 +316,7 @@ static int damaged(zm_disk *disk, struct found *f, zm_err *err)
 {
     close(f->fd);
     f->fd = -1;
-    forget_entry(disk, f, 1);
-    disk->damaged++;
+    forget_damaged(disk, f, 1);
     char path[4200];
     zm__disk_describe(disk, DISK_FORMAT_NAME, f->space_name, f->data, path, sizeof path);
     return zm_err_set(err, -EBADMSG, "cache entry %s: its bytes are damaged: removed", path);
