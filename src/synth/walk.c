@@ -143,20 +143,22 @@ static void release_values(struct zm_walk *w)
     w->state = 0;
 }
 
-/* A walk's prefix is given back in steps of at least this, on huge page
- * boundaries (the walk is mapped in them where it is big). */
-#define RELEASE_STEP ((uintptr_t)32 << 20)
-#define RELEASE_ALIGN ((uintptr_t)2 << 20)
+/* Walks in memory: up to this, anonymous pages (in huge pages from this
+ * size on); above, a shared map of an unlinked spill file (spill_map). */
+#define WALK_MEMORY_BYTES ((size_t)1 << 30)
+#define HUGE_PAGE_BYTES ((size_t)2 << 20)
 
 /* Under w's mutex with no user: the bytes of its chunks [0, done_prefix)
- * given back, whole huge pages of them, so that the next walk fits sooner
- * (an array of 400 MB walked while the one before it is still being
- * encoded). Only a walk in memory of whole rows a chunk (every dimension
- * but the first in one chunk), counted in what walks hold. Returns the
- * bytes given back. */
+ * given back, whole pages of them (huge pages where the walk is in them),
+ * so that the next walk fits sooner (an array of 400 MB walked while the
+ * one before it is still being encoded). In steps of an eighth of the
+ * walk, at most 32 MiB: a few calls a walk. Only a walk in anonymous
+ * memory of whole rows a chunk (every dimension but the first in one
+ * chunk), counted in what walks hold. Returns the bytes given back. */
 static size_t release_prefix(struct zm_walk *w, const zm_store_node *node)
 {
-    if (w->state != 1 || w->bytes == NULL || w->fd >= 0 || !w->claimed || w->users > 0)
+    if (w->state != 1 || w->bytes == NULL || w->fd >= 0 || !w->claimed || w->users > 0 ||
+        w->size > WALK_MEMORY_BYTES)
         return 0;
     for (unsigned d = 1; d < node->meta.rank; d++)
         if (node->grid[d] != 1)
@@ -164,9 +166,12 @@ static size_t release_prefix(struct zm_walk *w, const zm_store_node *node)
     uint64_t end = w->done_prefix * node->meta.chunks[0] * w->row_bytes;
     if (end >= w->size)
         return 0; /* every chunk served: the walk retires whole */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t align = w->size >= HUGE_PAGE_BYTES ? HUGE_PAGE_BYTES : page;
+    uintptr_t step = w->size / 8 < ((uintptr_t)32 << 20) ? w->size / 8 : (uintptr_t)32 << 20;
     uintptr_t base = (uintptr_t)w->bytes;
-    uintptr_t cut = (base + (uintptr_t)end) & ~(RELEASE_ALIGN - 1);
-    if (cut <= base + w->released || cut - (base + w->released) < RELEASE_STEP)
+    uintptr_t cut = (base + (uintptr_t)end) & ~(align - 1);
+    if (cut <= base + w->released || cut - (base + w->released) < (step > page ? step : page))
         return 0;
     size_t from = w->released, to = (size_t)(cut - base);
     if (munmap(w->bytes + from, to - from) != 0)
@@ -260,10 +265,11 @@ static void walk_free(struct zm_walk *walk)
     unlist_locked(s, walk);
     unexpect_locked(s, walk);
     pthread_mutex_unlock(&s->mutex);
-    if (walk->bytes != NULL && walk->size > 0)
-        munmap(walk->bytes, walk->size);
+    /* Its given-back prefix is no longer its own (other maps may lie there). */
+    if (walk->bytes != NULL && walk->size > walk->released)
+        munmap(walk->bytes + walk->released, walk->size - walk->released);
     if (walk->claimed)
-        atomic_fetch_sub(&s->held, walk->size);
+        atomic_fetch_sub(&s->held, walk->size - walk->released);
     for (uint64_t c = 0; walk->block_at && c < walk->chunk_count; c++)
         free(walk->block_at[c]);
     free(walk->block_at);
@@ -568,8 +574,6 @@ static const char *spill_directory(void)
 
 /* Walks up to this size are held in anonymous memory; larger ones in a
  * spill file the kernel can write out. */
-#define WALK_MEMORY_BYTES ((size_t)1 << 30)
-#define HUGE_PAGE_BYTES ((size_t)2 << 20)
 
 /* An unlinked temporary file in the spill directory, or −1. */
 int zm__spill_file(zm_err *err)
