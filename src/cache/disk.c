@@ -588,12 +588,7 @@ int zm__disk_remove_seen(int directory, const char *name, const struct stat *see
     struct stat st;
     if (fstatat(directory, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT ? 0 : -errno;
-    /* The same file: its inode, and its change time, since a file made
-     * again in its place may get the inode number back (ext4 reuses them
-     * at once), and two threads that find one entry damaged must not have
-     * the slower remove what the faster made again. */
-    if (!S_ISREG(st.st_mode) || st.st_dev != seen->st_dev || st.st_ino != seen->st_ino ||
-        st.st_ctim.tv_sec != seen->st_ctim.tv_sec || st.st_ctim.tv_nsec != seen->st_ctim.tv_nsec)
+    if (!S_ISREG(st.st_mode) || st.st_dev != seen->st_dev || st.st_ino != seen->st_ino)
         return -EEXIST;
     return unlinkat(directory, name, 0) == 0 || errno == ENOENT ? 0 : -errno;
 }
