@@ -236,7 +236,7 @@ typedef struct zm_view_sparse_info {
      * cells are the columns too, else the length is the view's). */
     const int64_t *source_indptr;
     const int64_t *source_start, *source_end;
-    const uint32_t *order; /* the view's order: source row of each view row */
+    const uint32_t *order; /* per_cell_rows: the source row of each view row (else NULL) */
 } zm_view_sparse_info;
 /* A matrix's layout, made when first asked for where its shape needed
  * nothing read (every entry of every major kept): -EIO for a damaged

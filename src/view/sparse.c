@@ -512,6 +512,8 @@ int zm_view_sparse_get(zm_view *view, zm_view_sparse *sparse, zm_view_sparse_inf
     info->source_indptr = sparse->source_indptr;
     info->source_start = sparse->source_start;
     info->source_end = sparse->source_end;
-    info->order = sparse->view->order;
+    /* Made by the layout where rows are cells; else unused, and perhaps
+     * being made now for another array. */
+    info->order = sparse->major_is_cell ? sparse->view->order : NULL;
     return 0;
 }
