@@ -82,11 +82,12 @@ def files_of(top):
     return out
 
 
-def expressions(view):
+def expressions(view, tag="shared"):
     """Column sums and means of X and obsm/X_pca of a view, as dask arrays read by the shared
-    path: each process reads them through its node's mount."""
-    X = da.from_zarr(f"{SHARED}/{view}/X")
-    pca = da.from_zarr(f"{SHARED}/{view}/obsm/X_pca")
+    path: each process reads them through its node's mount. Graphs of another tag share no
+    keys: a worker cannot be handed chunks another worker still holds from an earlier compute."""
+    X = da.from_zarr(f"{SHARED}/{view}/X", name=f"{tag}-X-{view}")
+    pca = da.from_zarr(f"{SHARED}/{view}/obsm/X_pca", name=f"{tag}-X_pca-{view}")
     return X, pca, [X.sum(axis=0), X.mean(axis=0), pca.sum(axis=0), pca.mean(axis=0),
                     (X.astype("float64") ** 2).sum()]
 
@@ -135,7 +136,8 @@ def run(client, mounts):
             # Pinned to one worker: every chunk read through that worker's mount (the first
             # reads of these files there: no kernel cache serves them).
             before = [view_reads(m, view) for m in mounts]
-            got.append(client.gather(client.compute(exprs, workers=[worker], allow_other_workers=False)))
+            own = expressions(view, f"worker{index + 1}")[2]
+            got.append(client.gather(client.compute(own, workers=[worker], allow_other_workers=False)))
             after = [view_reads(m, view) for m in mounts]
             check(f"{view}: computed on worker {index + 1} alone, read through mount {index + 1} only",
                   after[index] > before[index] and after[1 - index] == before[1 - index], (before, after))
