@@ -171,13 +171,12 @@ int zm__cut_spilled_strings(const struct zm_walk *w, uint64_t c, uint64_t items,
 /* Whether a walk of this array can be spilled: values of a cell are one
  * run of bytes in the array (per-cell rows, or a matrix's entries when only
  * its rows are cells). */
-int zm__can_spill(zm_view *view, const zm_store_node *node)
+int zm__can_spill(const zm_store_node *node)
 {
     if (node->producer == ZM_PRODUCE_CELL_ROWS)
         return !node->cell_columns;
     if (node->producer != ZM_PRODUCE_ENTRIES)
         return 0;
-    (void)view;
     zm_view_sparse_info s;
     zm_view_sparse_axes(node->sparse, &s);
     return s.per_cell_rows && !s.per_cell_columns;
@@ -529,11 +528,10 @@ int zm__cut_spilled(zm_view *view, const zm_store_node *node, struct zm_walk *w,
  * or a CSC matrix of cells): its majors' entries are filtered and
  * renumbered, so each major's run of the view is made from its source run
  * as a whole (entries_chunk). */
-int zm__renumbered(zm_view *view, const zm_store_node *node)
+int zm__renumbered(const zm_store_node *node)
 {
     if (node->producer != ZM_PRODUCE_ENTRIES)
         return 0;
-    (void)view;
     zm_view_sparse_info s;
     zm_view_sparse_axes(node->sparse, &s);
     return s.per_cell_columns;

@@ -131,13 +131,13 @@ uint64_t zm__row_bytes_of(const zm_store_node *node);
 int zm__spill_strings_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w);
 int zm__cut_spilled_strings(const struct zm_walk *w, uint64_t c, uint64_t items,
                             uint64_t **offsets, char **bytes, zm_err *err);
-int zm__can_spill(zm_view *view, const zm_store_node *node);
+int zm__can_spill(const zm_store_node *node);
 int zm__span_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w,
                   const zm_view_kept *kept, uint8_t *out, uint64_t v0, uint64_t v1);
 int zm__batch_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w);
 int zm__cut_spilled(zm_view *view, const zm_store_node *node, struct zm_walk *w, uint64_t from,
                     uint64_t to, uint8_t *out, zm_err *err);
-int zm__renumbered(zm_view *view, const zm_store_node *node);
+int zm__renumbered(const zm_store_node *node);
 int zm__in_order_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w);
 
 /* Copies n bytes between buffers that do not overlap: a short run (a

@@ -747,7 +747,7 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
     if (w->size == 0)
         return 0;
     w->claimed = claim_reclaiming(w->size, w);
-    int batches = zm__can_spill(view, node), in_order = !batches && zm__renumbered(view, node);
+    int batches = zm__can_spill(node), in_order = !batches && zm__renumbered(node);
     if (!w->claimed && batches)
         return zm__batch_walk(view, node, w);
     if (!w->claimed && in_order)

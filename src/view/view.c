@@ -295,7 +295,7 @@ void zm__view_locks_init(zm_view *view)
     pthread_mutex_init(&view->layout_mutex, NULL);
 }
 
-/* The order of a deferred view of every cell (mutex held): file order for
+/* The order of a view of every cell (under mutex once the view is shared): file order for
  * file/ and for full/ of a priority-ordered file (its rows are its seed's
  * priority order, as verified when it opened), else the kernel's priority
  * order of seed 0. */
@@ -303,7 +303,7 @@ static int make_order(zm_view *view, zm_err *err)
 {
     uint64_t n = view->rows;
     if (view->identity) {
-        view->order = zm__big_alloc(n * sizeof *view->order);
+        view->order = zm__big_alloc((n ? n : 1) * sizeof *view->order);
         if (view->order == NULL)
             return zm_err_set(err, -ENOMEM, "out of memory ordering %" PRIu64 " cells", n);
         for (uint64_t i = 0; i < n; i++)
@@ -397,14 +397,9 @@ static int select_cells(zm_view *view, zm_err *err)
     if (view->spec.kind == ZM_VIEW_FILE) {
         view->rows = n;
         view->identity = 1;
-        view->order = malloc((n ? n : 1) * sizeof *view->order);
-        if (view->order == NULL)
-            return zm_err_set(err, -ENOMEM, "out of memory ordering %" PRIu64 " cells", n);
-        for (uint64_t i = 0; i < n; i++)
-            view->order[i] = (uint32_t)i;
         view->prefix = n > 0;
         zm_cellset_digest_all(n, view->digest);
-        return 0;
+        return make_order(view, err); /* now: a MuData's parts need it */
     }
     zm_view_request made;
     int rc = zm_view_request_make(view->source, &view->spec, &made, err);
