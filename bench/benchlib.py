@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 
 PYTHON = "/usr/bin/python3"
@@ -79,6 +80,57 @@ def vm_hwm(pid):
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def own_rss(pid, source):
+    """The process's resident memory in bytes less the pages of `source` it maps: zarrmount maps
+    the source file for its direct walks (src/source/mapped.c), and those pages are the kernel's
+    page cache (clean, shared with every reader of the file, dropped under pressure), which a
+    read through pread would have filled all the same."""
+    real = os.path.realpath(source)
+    total = mapped = 0
+    in_source = False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split(None, 5)
+            if len(head) >= 5 and "-" in head[0] and not line.startswith(("Rss", "Size")) \
+                    and not head[0].endswith(":"):
+                in_source = len(head) == 6 and head[5].strip() == real
+            elif line.startswith("Rss:"):
+                kib = int(line.split()[1])
+                total += kib
+                if in_source:
+                    mapped += kib
+    return (total - mapped) * 1024
+
+
+class OwnPeak:
+    """The peak of own_rss, sampled every `every` seconds on a thread while the `with` block runs
+    (and once at its end): the daemon's own memory, where VmHWM also counts the mapped source."""
+
+    def __init__(self, pid, source, every=0.05):
+        self.pid, self.source, self.every, self.peak = pid, source, every, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self):
+        with contextlib.suppress(OSError, ValueError):
+            self.peak = max(self.peak, own_rss(self.pid, self.source))
+
+    def _run(self):
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.every)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return False
 
 
 def python(code, *args):

@@ -5,21 +5,28 @@
  * each test runs in a process of its own (criterion), so its walk counters
  * start at zero. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "zarrmount/source.h"
 #include "zarrmount/synth.h"
 #include "zarrmount/view.h"
 
-/* What the test's views give walks. */
+/* What the test's views give walks. Walks gather (in memory or spilled)
+ * unless a test says they may be direct (zm_synth_walk_direct): the
+ * fixtures' arrays are contiguous or in unfiltered chunks, so they would
+ * be, and hold nothing. */
 static zm_synth *test_synth(void)
 {
     static zm_synth *synth;
-    if (synth == NULL)
+    if (synth == NULL) {
         synth = zm_synth_create(ZM_SYNTH_DEFAULT_WALK_MEMORY);
-    cr_assert_not_null(synth);
+        cr_assert_not_null(synth);
+        zm_synth_set_direct(synth, 0);
+    }
     return synth;
 }
 
@@ -157,6 +164,8 @@ Test(walks, a_borrowed_walk_is_not_taken_back)
 
 /* Every chunk (of 64 bytes) of an array of a view of `file`, walked with walks limited to
  * `limit` bytes, after a walk of `blocker` (if any) holds its memory. */
+static int last_direct; /* whether all_chunks' walk was direct */
+
 static uint8_t **all_chunks(const char *file, const char *array, const char *blocker,
                             uint64_t limit, uint64_t *grid, size_t **sizes, uint64_t *spilled)
 {
@@ -182,6 +191,7 @@ static uint8_t **all_chunks(const char *file, const char *array, const char *blo
     for (uint64_t c = 0; c < *grid; c++)
         chunks[c] = chunk(&f, node, c, 0, &(*sizes)[c], NULL, NULL);
     *spilled = walk_stats().spilled - before.spilled;
+    last_direct = zm_synth_walk_direct(test_synth(), f.view, node);
     close_fixture(&f);
     return chunks;
 }
@@ -230,4 +240,75 @@ Test(walks, rows_spilled_in_sorted_batches_are_the_rows_in_memory)
     cr_expect_eq(spilled_memory, 0);
     cr_expect_eq(spilled_batches, 1);
     expect_same(memory, sm, batches, sb, grid, "dense X in batches");
+}
+
+Test(walks, direct_walks_make_the_chunks_a_gathering_walk_makes)
+{
+    /* The same chunks (of 64 bytes) whether a walk gathers the array in
+     * one pass or is direct (each chunk's rows copied from the mapped
+     * source): entries in unfiltered chunks, contiguous columns of
+     * several widths, a dense matrix of rows. */
+    static const char *const cases[][2] = {
+        {"h5ad/full-csr.h5ad", "X/data"},   {"h5ad/full-csr.h5ad", "X/indices"},
+        {"h5ad/full-csr.h5ad", "obs/int32"}, {"h5ad/full-csr.h5ad", "obs/int16"},
+        {"h5ad/full-csr.h5ad", "obs/float64"}, {"h5ad/full-csr.h5ad", "obsm/X_pca"},
+        {"h5ad/x-dense.h5ad", "X"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint64_t grid, spilled;
+        size_t *gs, *ds;
+        zm_synth_set_direct(test_synth(), 0);
+        uint8_t **gathered = all_chunks(cases[i][0], cases[i][1], NULL, (uint64_t)1 << 30, &grid,
+                                        &gs, &spilled);
+        cr_expect_eq(last_direct, 0, "%s", cases[i][1]);
+        zm_synth_set_direct(test_synth(), 1);
+        uint64_t held_before = walk_stats().held_bytes;
+        uint8_t **direct = all_chunks(cases[i][0], cases[i][1], NULL, (uint64_t)1 << 30, &grid,
+                                      &ds, &spilled);
+        cr_expect_eq(last_direct, 1, "%s %s is walked directly", cases[i][0], cases[i][1]);
+        cr_expect_eq(walk_stats().held_bytes, held_before, "a direct walk holds nothing");
+        expect_same(gathered, gs, direct, ds, grid, cases[i][1]);
+    }
+}
+
+Test(walks, a_source_cut_short_under_a_direct_walk_fails_with_eio)
+{
+    /* The map faults (SIGBUS) on pages the file no longer has: the read
+     * fails with EIO and a reason, and the process goes on. */
+    char from[4096], path[] = "/tmp/zm-test-synth-XXXXXX";
+    const char *root = getenv("ZM_SOURCE_ROOT");
+    snprintf(from, sizeof from, "%s/fixtures/sources/h5ad/full-csr.h5ad", root ? root : ".");
+    int out = mkstemp(path);
+    cr_assert_geq(out, 0);
+    FILE *in = fopen(from, "rb");
+    cr_assert_not_null(in);
+    char buffer[65536];
+    size_t n;
+    while ((n = fread(buffer, 1, sizeof buffer, in)) > 0)
+        cr_assert_eq(write(out, buffer, n), (ssize_t)n);
+    fclose(in);
+    zm_synth_set_direct(test_synth(), 1);
+    fixture f;
+    zm_err err;
+    zm_err_clear(&err);
+    cr_assert_eq(zm_source_open(path, NULL, &f.source, &err), 0, "%s", err.reason);
+    zm_view_spec spec = {.kind = ZM_VIEW_FULL, .k = 1};
+    cr_assert_eq(zm_view_create(f.source, &spec, 256, &f.view, &err), 0, "%s", err.reason);
+    const zm_store_node *node = zm_view_find(f.view, "X/data");
+    cr_assert(node && zm_synth_walk_direct(test_synth(), f.view, node));
+    size_t size;
+    free(chunk(&f, node, 0, 0, &size, NULL, NULL)); /* the file mapped */
+    cr_assert_eq(ftruncate(out, 0), 0);
+    close(out);
+    uint64_t coords[ZM_ZARR_MAX_RANK] = {1};
+    uint8_t *raw = NULL;
+    size_t raw_size, typesize;
+    int rc = zm_synth_chunk(test_synth(), f.view, node, coords, &raw, &raw_size, &typesize, NULL,
+                            &err);
+    cr_expect_eq(rc, -EIO, "%d %s", rc, err.reason);
+    cr_expect(strstr(err.reason, "ends before") != NULL, "%s", err.reason);
+    if (rc == 0)
+        zm_synth_chunk_done(f.view, node, raw, 0);
+    close_fixture(&f);
+    unlink(path);
 }

@@ -321,6 +321,17 @@ int zm_array_read_rows(zm_source *source, const zm_array *array, uint64_t start,
  * still at work, so that a cold source's disk time overlaps that work. */
 void zm_array_prefetch(zm_source *source, const zm_array *array, uint64_t max_bytes);
 
+/* Whether the array's values are copied from a map of the source's file
+ * (a contiguous dataset of an HDF5 file): rows from all over it then cost
+ * a copy each, not a read each, so that a chunk of a reordered view is
+ * cheap to make alone, with no walk of the whole array. */
+int zm_array_mapped(zm_source *source, const zm_array *array);
+/* The pages of the source's map this process has touched let go (they
+ * stay in the page cache): a mapped page read counts in the daemon's
+ * resident memory until then. Safe while copies run (they fault the pages
+ * in again). Called as a direct walk ends. */
+void zm_source_release_mapped(zm_source *source);
+
 /* Reads the given rows (strictly ascending) into out, row after row. Each
  * chunk holding one of them is read and decoded once. */
 int zm_array_gather_rows(zm_source *source, const zm_array *array, const uint64_t *rows,

@@ -225,6 +225,16 @@ static int gather_contiguous(zm_source *source, zm_array *array, const zm_range 
     }
     if (row_bytes == 0)
         return 0;
+    /* Many short runs (a chunk of a reordered view: rows from all over
+     * the source) are copied from the map of the file, not read a run a
+     * pread. */
+    if (count > 0 && zm__mapped(source, array)) {
+        uint64_t total = 0;
+        for (size_t r = 0; r < count; r++)
+            total += (ranges[r].end - ranges[r].start) * row_bytes;
+        if (total / count < ZM__MAPPED_RUN_BYTES)
+            return zm__mapped_gather(source, array, ranges, count, out_row, out, flags, err);
+    }
     /* Plan the pieces. */
     size_t capacity = 64, n = 0;
     struct piece *pieces = malloc(capacity * sizeof *pieces);

@@ -20,8 +20,8 @@ static int by_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int resolve_chunks(zm_source *source, zm_array *array, const uint64_t *chunks, size_t count,
-                          zm_err *err)
+int zm__resolve_chunks(zm_source *source, zm_array *array, const uint64_t *chunks, size_t count,
+                       zm_err *err)
 {
     if (array->zarr != NULL)
         return 0; /* a store's chunks are found as they are read (zarr_array.c) */
@@ -560,6 +560,16 @@ int zm__gather_chunked(zm_source *source, zm_array *array, const zm_range *range
 {
     if (array->chunk_count == 0)
         return 0; /* a dimension of length 0: no value to read */
+    /* Many short runs of unfiltered chunks (a chunk of a reordered view:
+     * entries from all over the source) are copied from the map of the
+     * file, not read a chunk's part a pread (mapped.c). */
+    if (count > 0 && zm__mapped(source, array)) {
+        uint64_t total = 0, row_bytes = zm_array_row_bytes(array);
+        for (size_t r = 0; r < count; r++)
+            total += (ranges[r].end - ranges[r].start) * row_bytes;
+        if (total / count < ZM__MAPPED_RUN_BYTES)
+            return zm__mapped_gather(source, array, ranges, count, out_row, out, flags, err);
+    }
     int rc;
     unsigned row_dim = array->info.transposed ? 1 : 0;
     uint64_t step = array->chunk[row_dim];
@@ -615,7 +625,7 @@ int zm__gather_chunked(zm_source *source, zm_array *array, const zm_range *range
         }
     }
     free(positions);
-    rc = resolve_chunks(source, array, g.tasks, task_count, err);
+    rc = zm__resolve_chunks(source, array, g.tasks, task_count, err);
     if (rc != 0) {
         free(g.tasks);
         free(g.errors);

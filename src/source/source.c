@@ -211,6 +211,7 @@ int zm_source_open(const char *path, const zm_source_options *options, zm_source
     source->layout_anndata = options && options->layout_anndata;
     source->path = strdup(path);
     pthread_mutex_init(&source->passes_mutex, NULL);
+    pthread_mutex_init(&source->map_mutex, NULL);
     int rc = 0;
 
     /* O_NONBLOCK: a FIFO (or a device) named as the source is refused
@@ -376,6 +377,8 @@ void zm_source_close(zm_source *source)
     for (size_t i = 0; i < source->skipped_count; i++)
         free(source->skipped_list[i]);
     free(source->skipped_list);
+    zm__source_unmap(source);
+    pthread_mutex_destroy(&source->map_mutex);
     if (source->fd >= 0)
         close(source->fd);
     free(source->path);

@@ -155,6 +155,12 @@ struct zm_source {
      * H5I_INVALID_HID; fd is the store's directory or zip file). */
     struct zm__store *store;
     struct zm__ztree *ztree;
+    /* The file mapped read-only (mapped.c), made on first use: the top
+     * source's alone; map_failed once there is none to be had. */
+    _Atomic(const uint8_t *) map;
+    uint64_t map_size;
+    _Atomic int map_failed;
+    pthread_mutex_t map_mutex;
 };
 
 /* The source whose counters, passes and skipped list a source's are: its
@@ -163,6 +169,28 @@ static inline zm_source *zm__source_top(zm_source *source)
 {
     return source->parent ? source->parent : source;
 }
+
+/* ---- The file mapped (mapped.c) ------------------------------------------- */
+
+/* Runs shorter than this on average are copied from the file's map where
+ * there is one: longer ones are read with pread, in parallel pieces. */
+#define ZM__MAPPED_RUN_BYTES ((uint64_t)64 << 10)
+/* Whether an array's values are read from the map of its source's file: a
+ * contiguous dataset of an HDF5 file that could be mapped, or a 1-d one in
+ * unfiltered chunks. */
+int zm__mapped(zm_source *source, const zm_array *array);
+/* Runs of a mapped array (zm__mapped) copied from the map, range i to row
+ * out_row[i] of out (in parts on the pool when large; counted as a pass
+ * with ZM_READ_PASS); -EIO with a reason where the file was cut short
+ * under the map. */
+int zm__mapped_gather(zm_source *source, const zm_array *array, const zm_range *ranges,
+                      size_t count, const uint64_t *out_row, uint8_t *out, unsigned flags,
+                      zm_err *err);
+/* The chunk index entries of the given chunks found (read_chunked.c). */
+int zm__resolve_chunks(zm_source *source, zm_array *array, const uint64_t *chunks, size_t count,
+                       zm_err *err);
+/* The map let go (closing the source). */
+void zm__source_unmap(zm_source *source);
 
 /* ---- Counting reads (source.c) -------------------------------------------- */
 

@@ -603,6 +603,33 @@ int zm_synth_walks(const zm_view *view, const zm_store_node *node)
     return 0;
 }
 
+int zm_synth_walk_direct(const zm_synth *synth, const zm_view *view, const zm_store_node *node)
+{
+    view = zm_view_of(view, node);
+    if (synth == NULL || atomic_load(&((zm_synth *)synth)->indirect) || !zm_synth_walks(view, node) || node->source == NULL || node->value_size == 0)
+        return 0;
+    if (node->producer == ZM_PRODUCE_CELL_ROWS) {
+        if (node->cell_columns)
+            return 0;
+    } else {
+        zm_view_sparse_info s;
+        zm_view_sparse_axes(node->sparse, &s);
+        if (node->producer != ZM_PRODUCE_ENTRIES || s.per_cell_columns)
+            return 0;
+    }
+    /* At most twice what walks may hold in memory: the map's pages of the
+     * array walked count in the daemon's resident memory until the walk
+     * ends (zm_source_release_mapped), as a walk's memory would. */
+    uint64_t bytes = node->value_size;
+    for (unsigned d = 0; d < node->meta.rank; d++)
+        bytes *= node->meta.shape[d];
+    if (bytes / 2 > atomic_load(&((zm_synth *)synth)->limit))
+        return 0;
+    zm_view_kept kept;
+    zm_err err;
+    return zm_array_mapped(zm_view_source(view), node->source) &&
+           zm_view_kept_get((zm_view *)view, &kept, &err) == 0 && kept.count * 2 >= kept.n;
+}
 
 /* Indices (count of them, size bytes each, native order) less shift: the
  * window's checked them to lie at or past it (zm_element_window). */
@@ -700,6 +727,11 @@ int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, co
         int rc = zm__walk_of(synth, view, node, &w, err);
         if (rc != 0)
             return rc;
+    }
+    if (w != NULL && w->direct) {
+        /* A direct walk: every chunk is made alone. */
+        zm__walk_put(w);
+        w = NULL;
     }
     if (w != NULL && w->bytes != NULL && from * per_row_values * node->value_size < w->released) {
         /* Its rows' memory given back (the chunk was done with and is

@@ -27,6 +27,7 @@ struct zm_synth {
     size_t expected;
     pthread_cond_t room;
     _Atomic unsigned refs; /* the creator's, and each view's walks' */
+    _Atomic int indirect; /* no walk is direct (zm_synth_set_direct) */
 };
 
 /* A whole per-cell array of a reordered view, gathered in one pass.
@@ -80,6 +81,9 @@ struct zm_walk {
      * changes only under mutex with no user, so a user reads it freely. */
     uint64_t done_prefix;
     size_t released;
+    /* Direct (zm_synth_walk_direct): nothing gathered, no memory held;
+     * each chunk is made alone from the mapped source. */
+    int direct;
 };
 
 /* A spilled walk of strings: blocks of this size, a buffer a chunk. */

@@ -48,6 +48,11 @@ void zm_synth_free(zm_synth *synth)
     synth_put(synth);
 }
 
+void zm_synth_set_direct(zm_synth *synth, int direct)
+{
+    atomic_store(&synth->indirect, !direct);
+}
+
 void zm_synth_set_walk_memory(zm_synth *synth, uint64_t bytes)
 {
     atomic_store(&synth->limit, bytes);
@@ -140,6 +145,7 @@ static void release_values(struct zm_walk *w)
         atomic_fetch_sub(&w->synth->held, w->size - w->released);
     w->released = 0;
     w->claimed = 0;
+    w->direct = 0;
     w->state = 0;
 }
 
@@ -437,6 +443,11 @@ void zm_synth_walk_retire(const zm_view *view, const zm_store_node *node)
     struct zm_walk *w = walk_found(view, node);
     if (w == NULL)
         return;
+    pthread_mutex_lock(&w->mutex);
+    int direct = w->direct;
+    pthread_mutex_unlock(&w->mutex);
+    if (direct) /* the source's pages it mapped are let go */
+        zm_source_release_mapped(zm_view_source(zm_view_of(view, node)));
     zm_synth *s = w->synth;
     pthread_mutex_lock(&s->mutex);
     unexpect_locked(s, w);
@@ -746,6 +757,16 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
     w->size = (size_t)(node->meta.shape[0] * w->row_bytes);
     if (w->size == 0)
         return 0;
+    if (zm_synth_walk_direct(w->synth, view, node)) {
+        /* Nothing gathered: the page cache is asked for the whole array
+         * now, so that a cold source is read in file order, once. */
+        w->direct = 1;
+        w->size = 0;
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        uint64_t memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+        zm_array_prefetch(zm_view_source(view), node->source, memory / 8);
+        return 0;
+    }
     w->claimed = claim_reclaiming(w->size, w);
     int batches = zm__can_spill(node), in_order = !batches && zm__renumbered(node);
     if (!w->claimed && batches)

@@ -182,6 +182,14 @@ static int find_next_walk(void *context, const zm_store_node *node, const char *
     return 0;
 }
 
+/* Whether the walk after node's in the store's order is direct. */
+static int next_is_direct(zm_tree *t, zm_view *view, const zm_store_node *node)
+{
+    struct next_walk next = {.view = view, .after = node};
+    each_array(view, find_next_walk, &next);
+    return next.found != NULL && zm_synth_walk_direct(t->synth, view, next.found);
+}
+
 static uint64_t array_raw_bytes(const zm_store_node *node);
 static void chain_walk(zm_tree *t, zm_view *view, const char *key, const place *w);
 
@@ -204,7 +212,8 @@ static int walk_next(struct ahead *a, zm_view *view, int only_if_room, const zm_
     int turn = 0;
     if (only_if_room) {
         pthread_mutex_lock(&t->mutex);
-        uint64_t bytes = array_raw_bytes(next.found);
+        /* A direct walk holds no memory: it always fits. */
+        uint64_t bytes = zm_synth_walk_direct(t->synth, view, next.found) ? 0 : array_raw_bytes(next.found);
         if (t->handing_on || bytes > zm_synth_walk_room(t->synth)) {
             a->hand_on_bytes = bytes;
             a->hand_on_node = next.found;
@@ -282,7 +291,12 @@ static void *encode_ahead(void *context)
         int hand_on = !a->handed_on;
         a->handed_on = 1;
         pthread_mutex_unlock(&t->mutex);
-        if (hand_on)
+        /* A direct next walk (zm_synth_walk_direct) has nothing to gather
+         * ahead: its chunks are made as they are encoded, so it is begun
+         * once this array's chunks are all taken, and the threads go from
+         * one array to the next as the reader does. */
+        int later = hand_on && next_is_direct(t, view, a->node);
+        if (hand_on && !later)
             (void)walk_next(a, view, 1, NULL);
         for (uint64_t c; !t->closing && (c = a->next++) < a->chunks;) {
             place w;
@@ -302,6 +316,24 @@ static void *encode_ahead(void *context)
              * on goes back, and a next walk put off for want of it may go. */
             if (zm_synth_walk_served(view, a->node, c))
                 hand_on_put_off(t, view);
+        }
+        if (later) {
+            /* The array's last chunks (made by the other threads) done
+             * first, and its walk retired, so that the source's pages it
+             * mapped are let go before the next array's are (each a
+             * direct walk: the daemon then maps one array at a time). A
+             * bound, should a chunk never end. */
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += 2;
+            pthread_mutex_lock(&t->mutex);
+            while (a->running > 1 && !t->closing &&
+                   pthread_cond_timedwait(&t->changed, &t->mutex, &until) == 0)
+                ;
+            pthread_mutex_unlock(&t->mutex);
+            if (!t->closing && a->done >= a->chunks)
+                zm_synth_walk_retire(view, a->node);
+            (void)walk_next(a, view, 1, NULL);
         }
         /* Every chunk made: the walk's memory may go to the next walk
          * (zm_synth_walk_retire). Said by whichever thread made the last. */

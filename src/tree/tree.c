@@ -694,6 +694,10 @@ int zm__tree_open(const zm_tree_options *options, zm_tree **out, zm_err *err)
          * walks (what is left holds documents and the other chunks). */
         t->cache_bytes = memory / 8 ? memory / 8 : 1;
         walks += memory / 2 - memory / 8;
+        /* Served from a walk in memory as they lie, made ahead of the
+         * reader: never made alone from the source (a direct walk). */
+        if (t->synth != NULL)
+            zm_synth_set_direct(t->synth, 0);
     }
     zm_source_options so = {.threads = options->threads,
                             .layout_anndata = options->layout_anndata,
