@@ -82,8 +82,10 @@ struct zm_walk {
     uint64_t done_prefix;
     size_t released;
     /* Direct (zm_synth_walk_direct): nothing gathered, no memory held;
-     * each chunk is made alone from the mapped source. */
+     * each chunk is made alone from the mapped source, whose pages it
+     * touched are let go when it retires or is freed. */
     int direct;
+    zm_source *direct_source;
 };
 
 /* A spilled walk of strings: blocks of this size, a buffer a chunk. */

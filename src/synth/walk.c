@@ -271,6 +271,8 @@ static void walk_free(struct zm_walk *walk)
     unlist_locked(s, walk);
     unexpect_locked(s, walk);
     pthread_mutex_unlock(&s->mutex);
+    if (walk->direct) /* the source's pages it mapped are let go */
+        zm_source_release_mapped(walk->direct_source);
     /* Its given-back prefix is no longer its own (other maps may lie there). */
     if (walk->bytes != NULL && walk->size > walk->released)
         munmap(walk->bytes + walk->released, walk->size - walk->released);
@@ -444,10 +446,10 @@ void zm_synth_walk_retire(const zm_view *view, const zm_store_node *node)
     if (w == NULL)
         return;
     pthread_mutex_lock(&w->mutex);
-    int direct = w->direct;
+    zm_source *direct = w->direct ? w->direct_source : NULL;
     pthread_mutex_unlock(&w->mutex);
-    if (direct) /* the source's pages it mapped are let go */
-        zm_source_release_mapped(zm_view_source(zm_view_of(view, node)));
+    if (direct != NULL) /* the source's pages it mapped are let go */
+        zm_source_release_mapped(direct);
     zm_synth *s = w->synth;
     pthread_mutex_lock(&s->mutex);
     unexpect_locked(s, w);
@@ -761,6 +763,7 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
         /* Nothing gathered: the page cache is asked for the whole array
          * now, so that a cold source is read in file order, once. */
         w->direct = 1;
+        w->direct_source = zm_view_source(view);
         w->size = 0;
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
         uint64_t memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
