@@ -86,9 +86,10 @@ int zm_synth_walk_make(zm_synth *synth, zm_view *view, const zm_store_node *node
 /* Whether an array's chunks are cut from a one-pass walk of all of it
  * (per-cell values of a reordered view, in more than one chunk). */
 int zm_synth_walks(const zm_view *view, const zm_store_node *node);
-/* Whether the array's walk is direct: numbers whose source is a mapped
- * contiguous dataset (zm_array_mapped) in a view keeping at least half its
- * source's cells. Such a walk gathers nothing and holds no memory: each
+/* Whether the array's walk is direct: numbers whose source is mapped
+ * (zm_array_mapped), in a view keeping at least half its source's cells,
+ * of at most twice what walks may hold. Such a walk gathers nothing and
+ * holds no memory: each
  * chunk is made alone, its rows copied from the page cache, which is
  * asked for the whole array ahead when the walk begins; the chunks are
  * still encoded ahead of the reader, on every core. */

@@ -75,11 +75,12 @@ static const uint8_t *source_map(zm_source *source)
     map = atomic_load_explicit(&source->map, memory_order_relaxed);
     if (map == NULL && !source->map_failed) {
         struct stat st;
-        if (!handler_installed || source->fd < 0 || source->store != NULL || source->identity.size == 0 ||
-            fstat(source->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (!handler_installed || source->fd < 0 || source->store != NULL ||
+            source->identity.size == 0 || fstat(source->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
             atomic_store(&source->map_failed, 1);
         } else {
-            void *m = mmap(NULL, (size_t)source->identity.size, PROT_READ, MAP_SHARED, source->fd, 0);
+            void *m =
+                mmap(NULL, (size_t)source->identity.size, PROT_READ, MAP_SHARED, source->fd, 0);
             if (m == MAP_FAILED) {
                 atomic_store(&source->map_failed, 1);
             } else {
@@ -142,7 +143,7 @@ struct copies {
     const uint64_t *out_row;
     uint8_t *out;
     uint64_t row_bytes;
-    const size_t *first; /* part i copies ranges first[i] .. first[i + 1] − 1 */
+    const size_t *first;   /* part i copies ranges first[i] .. first[i + 1] − 1 */
     struct zm__pass *pass; /* counted while it runs (a pass), or NULL */
 };
 
@@ -236,8 +237,8 @@ static int check_chunks(zm_source *source, zm_array *array, const zm_range *rang
         if (address == ZM__CHUNK_ABSENT)
             continue;
         if (address == ZM__CHUNK_UNKNOWN)
-            rc = zm_err_set(err, -EIO, "%s: chunk %llu was not found in its index", array->file_path,
-                            (unsigned long long)chunks[i]);
+            rc = zm_err_set(err, -EIO, "%s: chunk %llu was not found in its index",
+                            array->file_path, (unsigned long long)chunks[i]);
         else if (array->chunk_stored_size[chunks[i]] != raw)
             rc = zm_err_set(err, -EIO, "%s: chunk %llu holds %u bytes, expected %llu",
                             array->file_path, (unsigned long long)chunks[i],
@@ -264,7 +265,13 @@ int zm__mapped_gather(zm_source *source, const zm_array *const_array, const zm_r
     if (rc != 0)
         return rc;
     struct copies c = {atomic_load_explicit(&zm__source_top(source)->map, memory_order_acquire),
-                       array, ranges, out_row, out, zm_array_row_bytes(array), NULL, NULL};
+                       array,
+                       ranges,
+                       out_row,
+                       out,
+                       zm_array_row_bytes(array),
+                       NULL,
+                       NULL};
     uint64_t total = 0;
     for (size_t i = 0; i < count; i++)
         total += (ranges[i].end - ranges[i].start) * c.row_bytes;

@@ -445,6 +445,19 @@ void zm_array_prefetch(zm_source *source, const zm_array *array, uint64_t max_by
                             POSIX_FADV_WILLNEED);
         return;
     }
+    if (!atomic_load_explicit(&array->index_complete, memory_order_acquire) &&
+        array->chunk_count > 0 && array->chunk_count <= SIZE_MAX / sizeof(uint64_t)) {
+        /* Not indexed yet: the whole index read now (one pass over its
+         * B-tree, a few tens of KiB), so that the chunks can be asked for. */
+        uint64_t *all = malloc((size_t)array->chunk_count * sizeof *all);
+        zm_err ignored;
+        for (uint64_t c = 0; all != NULL && c < array->chunk_count; c++)
+            all[c] = c;
+        if (all != NULL)
+            (void)zm__resolve_chunks(source, (zm_array *)array, all, (size_t)array->chunk_count,
+                                     &ignored);
+        free(all);
+    }
     if (!atomic_load_explicit(&array->index_complete, memory_order_acquire) ||
         array->chunk_address == NULL || array->chunk_stored_size == NULL)
         return;

@@ -606,7 +606,8 @@ int zm_synth_walks(const zm_view *view, const zm_store_node *node)
 int zm_synth_walk_direct(const zm_synth *synth, const zm_view *view, const zm_store_node *node)
 {
     view = zm_view_of(view, node);
-    if (synth == NULL || atomic_load(&((zm_synth *)synth)->indirect) || !zm_synth_walks(view, node) || node->source == NULL || node->value_size == 0)
+    if (synth == NULL || atomic_load(&((zm_synth *)synth)->indirect) ||
+        !zm_synth_walks(view, node) || node->source == NULL || node->value_size == 0)
         return 0;
     if (node->producer == ZM_PRODUCE_CELL_ROWS) {
         if (node->cell_columns)

@@ -213,7 +213,8 @@ static int walk_next(struct ahead *a, zm_view *view, int only_if_room, const zm_
     if (only_if_room) {
         pthread_mutex_lock(&t->mutex);
         /* A direct walk holds no memory: it always fits. */
-        uint64_t bytes = zm_synth_walk_direct(t->synth, view, next.found) ? 0 : array_raw_bytes(next.found);
+        uint64_t bytes =
+            zm_synth_walk_direct(t->synth, view, next.found) ? 0 : array_raw_bytes(next.found);
         if (t->handing_on || bytes > zm_synth_walk_room(t->synth)) {
             a->hand_on_bytes = bytes;
             a->hand_on_node = next.found;
@@ -369,16 +370,36 @@ static uint64_t array_raw_bytes(const zm_store_node *node)
     return raw;
 }
 
+/* A prefetch on a thread of its own: asking the kernel for a few hundred
+ * MB blocks the caller until most of the reads are queued, which would
+ * hold up a reader's request or the encoding. */
+struct prefetch {
+    zm_tree *tree;
+    zm_view *view; /* held for the thread */
+    zm_source *source;
+    const zm_array *array;
+    uint64_t max_bytes;
+};
+
+static void *prefetch_run(void *context)
+{
+    struct prefetch p = *(struct prefetch *)context;
+    free(context);
+    zm_array_prefetch(p.source, p.array, p.max_bytes);
+    worker_done(p.tree, p.view);
+    return NULL;
+}
+
 /* The source of the array walked after node in the store's order is asked
  * for ahead (zm_array_prefetch), so that a cold source's disk time for it
  * overlaps this array's encoding: only where that walk reads the whole of
  * it (the view keeps at least half the source's cells) and it is at most
- * an eighth of the machine's memory. */
-static void prefetch_next(zm_view *view, const zm_store_node *node)
+ * an eighth of the machine's memory. On a thread of its own (prefetch_run). */
+static void prefetch_next(zm_tree *t, zm_view *view, const zm_store_node *node)
 {
     struct next_walk next = {.view = view, .after = node};
     each_array(view, find_next_walk, &next);
-    if (next.found == NULL || next.found->source == NULL)
+    if (t->closing || next.found == NULL || next.found->source == NULL)
         return;
     zm_view *part = zm_view_of(view, next.found);
     zm_view_kept kept;
@@ -387,7 +408,14 @@ static void prefetch_next(zm_view *view, const zm_store_node *node)
         return;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     uint64_t memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-    zm_array_prefetch(zm_view_source(part), next.found->source, memory / 8);
+    struct prefetch *p = malloc(sizeof *p);
+    if (p == NULL)
+        return;
+    *p = (struct prefetch){t, view, zm_view_source(part), next.found->source, memory / 8};
+    pthread_mutex_lock(&t->mutex);
+    if (start_holding(t, view, prefetch_run, p) != 0)
+        free(p);
+    pthread_mutex_unlock(&t->mutex);
 }
 
 /* An entry of the work ahead (zeroed) for the array at w of view. */
@@ -458,7 +486,7 @@ static void start_ahead(zm_tree *t, zm_view *view, const char *key, const place 
         }
     }
     pthread_mutex_unlock(&t->mutex);
-    prefetch_next(view, node);
+    prefetch_next(t, view, node);
 }
 
 /* The view key of a chunk's full path ("<view key>/<store path>/<chunk
@@ -503,7 +531,7 @@ static void chain_walk(zm_tree *t, zm_view *view, const char *key, const place *
     a->handed_on = 1;
     (void)start_holding(t, view, walk_on, a);
     pthread_mutex_unlock(&t->mutex);
-    prefetch_next(view, w->node);
+    prefetch_next(t, view, w->node);
 }
 
 /* A walk retired on a thread of its own: what was put off is taken on. */
