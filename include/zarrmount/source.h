@@ -345,6 +345,12 @@ int zm_array_gather_rows(zm_source *source, const zm_array *array, const uint64_
  * many there are (a long read is otherwise taken as a pass): the caller
  * reads the same chunks again soon (a view's layout, then its chunks). */
 #define ZM_READ_KEEP 2u
+/* ZM_READ_MAPPED: the values are in the page cache or asked for ahead
+ * (zm_array_prefetch): many short runs of a mapped array (zm_array_mapped)
+ * are copied from the map rather than read a run a pread. Without it a
+ * read uses pread, whose pieces run in parallel: a map read cold faults a
+ * page at a time, waiting for each. */
+#define ZM_READ_MAPPED 4u
 
 /* Reads the given rows (strictly ascending) into out, row i at output row
  * out_rows[i]: a gather and a scatter in one pass, each value copied once. */

@@ -228,7 +228,7 @@ static int gather_contiguous(zm_source *source, zm_array *array, const zm_range 
     /* Many short runs (a chunk of a reordered view: rows from all over
      * the source) are copied from the map of the file, not read a run a
      * pread. */
-    if (count > 0 && zm__mapped(source, array)) {
+    if (count > 0 && (flags & ZM_READ_MAPPED) && zm__mapped(source, array)) {
         uint64_t total = 0;
         for (size_t r = 0; r < count; r++)
             total += (ranges[r].end - ranges[r].start) * row_bytes;

@@ -563,7 +563,7 @@ int zm__gather_chunked(zm_source *source, zm_array *array, const zm_range *range
     /* Many short runs of unfiltered chunks (a chunk of a reordered view:
      * entries from all over the source) are copied from the map of the
      * file, not read a chunk's part a pread (mapped.c). */
-    if (count > 0 && zm__mapped(source, array)) {
+    if (count > 0 && (flags & ZM_READ_MAPPED) && zm__mapped(source, array)) {
         uint64_t total = 0, row_bytes = zm_array_row_bytes(array);
         for (size_t r = 0; r < count; r++)
             total += (ranges[r].end - ranges[r].start) * row_bytes;

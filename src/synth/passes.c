@@ -582,7 +582,7 @@ int zm__in_order_walk(zm_view *view, const zm_store_node *node, struct zm_walk *
                 }
                 out = buffer;
             }
-            rc = zm__entries_chunk(view, node, e0, e1, out, err);
+            rc = zm__entries_chunk(view, node, e0, e1, out, 0, err);
             if (rc == 0 && spill)
                 rc = zm__write_all(w->fd, out, (e1 - e0) * size, e0 * size, err);
         }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "synth_internal.h"
 
@@ -96,7 +97,7 @@ pair *zm__sorted_rows(const zm_view *view, uint64_t from, uint64_t to)
 
 /* Rows [from, to) of a per-cell array in view order, row_bytes each, into out. */
 static int cell_rows(zm_view *view, const zm_array *array, uint64_t from, uint64_t to, uint8_t *out,
-                     zm_err *err)
+                     unsigned read_flags, zm_err *err)
 {
     uint64_t count = to - from;
     if (count == 0)
@@ -129,7 +130,9 @@ static int cell_rows(zm_view *view, const zm_array *array, uint64_t from, uint64
     /* Each row read straight into its place. */
     if (rc == 0)
         rc = zm_array_scatter_rows(zm_view_source(view), array, rows, slots, count, out,
-                                   from == 0 && to == zm_view_rows(view) ? ZM_READ_PASS : 0, err);
+                                   (from == 0 && to == zm_view_rows(view) ? ZM_READ_PASS : 0) |
+                                       read_flags,
+                                   err);
     free(pairs);
     free(rows);
     free(slots);
@@ -316,7 +319,7 @@ static int by_index(const void *a, const void *b)
 
 /* Entries [e0, e1) of a sparse matrix in the view: its data or indices. */
 int zm__entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, uint64_t e1,
-                         uint8_t *out, zm_err *err)
+                      uint8_t *out, unsigned read_flags, zm_err *err)
 {
     zm_view_sparse_info s;
     int rc = zm_view_sparse_get(view, node->sparse, &s, err);
@@ -370,7 +373,7 @@ int zm__entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, uin
             dest[i] = a - e0;
         }
         /* All of the view's entries at once: a walk. */
-        unsigned flags = e0 == 0 && e1 == (uint64_t)s.indptr[s.rows] ? ZM_READ_PASS : 0;
+        unsigned flags = (e0 == 0 && e1 == (uint64_t)s.indptr[s.rows] ? ZM_READ_PASS : 0) | read_flags;
         rc = zm_array_scatter_ranges(source, node->source, ranges, dest, majors, out, flags, err);
         free(pairs);
         free(ranges);
@@ -501,7 +504,7 @@ uint64_t zm__row_bytes_of(const zm_store_node *node)
 /* Values of rows [from, to) of an array node (numbers, not strings) into
  * out, rows after rows. */
 int zm__fill_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, uint64_t from,
-                   uint64_t to, uint8_t *out, zm_err *err)
+                   uint64_t to, uint8_t *out, unsigned read_flags, zm_err *err)
 {
     zm_source *source = zm_view_source(view);
     int rc = 0;
@@ -511,7 +514,7 @@ int zm__fill_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, ui
             /* Whole source rows first, then the kept columns in view order. */
             uint64_t width = zm_array_describe(node->source)->shape[1];
             uint8_t *rows = malloc((to - from) * width * node->value_size + 1);
-            rc = rows ? cell_rows(view, node->source, from, to, rows, err)
+            rc = rows ? cell_rows(view, node->source, from, to, rows, read_flags, err)
                       : zm_err_set(err, -ENOMEM, "out of memory");
             const uint32_t *order = rc == 0 ? zm_view_order(view, err) : NULL;
             rc = rc == 0 && order == NULL ? err->code : rc;
@@ -533,7 +536,7 @@ int zm__fill_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, ui
             if (rc == 0 && (rc = zm__span_walk(view, node, &whole, &kept, out, 0, to)) != 0)
                 *err = whole.err;
         } else {
-            rc = cell_rows(view, node->source, from, to, out, err);
+            rc = cell_rows(view, node->source, from, to, out, read_flags, err);
         }
         break;
     case ZM_PRODUCE_ROWS:
@@ -571,7 +574,7 @@ int zm__fill_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, ui
         break;
     }
     case ZM_PRODUCE_ENTRIES:
-        rc = zm__entries_chunk(view, node, from, to, out, err);
+        rc = zm__entries_chunk(view, node, from, to, out, read_flags, err);
         break;
     case ZM_PRODUCE_OBSMAP:
         memcpy(out, zm_view_part_map(view, node->modality) + from, (to - from) * 4);
@@ -624,8 +627,10 @@ int zm_synth_walk_direct(const zm_synth *synth, const zm_view *view, const zm_st
     uint64_t bytes = node->value_size;
     for (unsigned d = 0; d < node->meta.rank; d++)
         bytes *= node->meta.shape[d];
-    if (bytes / 2 > atomic_load(&((zm_synth *)synth)->limit))
-        return 0;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    if (bytes / 2 > atomic_load(&((zm_synth *)synth)->limit) || bytes > memory / 8)
+        return 0; /* (the walk asks the kernel ahead for at most an eighth of memory) */
     zm_view_kept kept;
     zm_err err;
     return zm_array_mapped(zm_view_source(view), node->source) &&
@@ -729,10 +734,13 @@ int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, co
         if (rc != 0)
             return rc;
     }
+    unsigned read_flags = 0;
     if (w != NULL && w->direct) {
-        /* A direct walk: every chunk is made alone. */
+        /* A direct walk: every chunk is made alone, copied from the map
+         * (the walk asked for the whole array ahead). */
         zm__walk_put(w);
         w = NULL;
+        read_flags = ZM_READ_MAPPED;
     }
     if (w != NULL && w->bytes != NULL && from * per_row_values * node->value_size < w->released) {
         /* Its rows' memory given back (the chunk was done with and is
@@ -769,7 +777,7 @@ int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, co
         else
             memset(out, 0, bytes);
     } else {
-        rc = zm__fill_chunk(synth, view, node, from, to, out, err);
+        rc = zm__fill_chunk(synth, view, node, from, to, out, read_flags, err);
     }
     if (w != NULL)
         zm__walk_put(w);

@@ -124,11 +124,12 @@ typedef struct pair {
 pair *zm__sorted_rows(const zm_view *view, uint64_t from, uint64_t to);
 /* Entries [e0, e1) of a sparse matrix in the view into out. */
 int zm__entries_chunk(zm_view *view, const zm_store_node *node, uint64_t e0, uint64_t e1,
-                      uint8_t *out, zm_err *err);
+                      uint8_t *out, unsigned read_flags, zm_err *err);
 /* Values of rows [from, to) of an array node (numbers, not strings) into
- * out, rows after rows. */
+ * out, rows after rows; read_flags are added to the source reads' (a
+ * direct walk's chunk: ZM_READ_MAPPED). */
 int zm__fill_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, uint64_t from,
-                   uint64_t to, uint8_t *out, zm_err *err);
+                   uint64_t to, uint8_t *out, unsigned read_flags, zm_err *err);
 /* Bytes of one index along dimension 0 of an array node. */
 uint64_t zm__row_bytes_of(const zm_store_node *node);
 

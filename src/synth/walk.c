@@ -781,7 +781,7 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
     if (rc == 0)
         rc = batches    ? zm__batch_walk(view, node, w)
              : in_order ? zm__in_order_walk(view, node, w)
-                        : zm__fill_chunk(w->synth, view, node, 0, node->meta.shape[0], w->bytes,
+                        : zm__fill_chunk(w->synth, view, node, 0, node->meta.shape[0], w->bytes, 0,
                                                          &w->err);
     if (rc != 0 && w->bytes) {
         munmap(w->bytes, w->size);
