@@ -326,11 +326,12 @@ void zm_array_prefetch(zm_source *source, const zm_array *array, uint64_t max_by
  * a copy each, not a read each, so that a chunk of a reordered view is
  * cheap to make alone, with no walk of the whole array. */
 int zm_array_mapped(zm_source *source, const zm_array *array);
-/* The pages of the source's map this process has touched let go (they
- * stay in the page cache): a mapped page read counts in the daemon's
- * resident memory until then. Safe while copies run (they fault the pages
- * in again). Called as a direct walk ends. */
-void zm_source_release_mapped(zm_source *source);
+/* The pages of the source's map under the array (its values, or its
+ * chunks' span) that this process has touched let go (they stay in the
+ * page cache): a mapped page read counts in the daemon's resident memory
+ * until then. Safe while copies run (they fault the pages in again).
+ * Called as a direct walk ends. */
+void zm_array_release_mapped(zm_source *source, const zm_array *array);
 
 /* Reads the given rows (strictly ascending) into out, row after row. Each
  * chunk holding one of them is read and decoded once. */

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "pool.h"
 #include "source_internal.h"
@@ -94,14 +95,38 @@ static const uint8_t *source_map(zm_source *source)
     return map;
 }
 
-void zm_source_release_mapped(zm_source *source)
+void zm_array_release_mapped(zm_source *source, const zm_array *array)
 {
-    source = zm__source_top(source);
-    const uint8_t *map = atomic_load_explicit(&source->map, memory_order_acquire);
+    zm_source *top = zm__source_top(source);
+    const uint8_t *map = atomic_load_explicit(&top->map, memory_order_acquire);
+    if (map == NULL || array == NULL)
+        return;
+    /* The array's span of the file: its values, or its chunks from the
+     * first to the last (the whole map while its index is not read). */
+    uint64_t from = 0, to = top->map_size;
+    if (array->info.layout == ZM_LAYOUT_CONTIGUOUS && array->contiguous_offset != UINT64_MAX) {
+        from = array->contiguous_offset;
+        to = from + zm_array_row_bytes(array) * zm__row_count(array);
+    } else if (array->info.layout == ZM_LAYOUT_CHUNKED &&
+               atomic_load_explicit(&array->index_complete, memory_order_acquire) &&
+               array->chunk_address != NULL && array->chunk_stored_size != NULL) {
+        from = UINT64_MAX;
+        to = 0;
+        for (uint64_t c = 0; c < array->chunk_count; c++) {
+            uint64_t at = array->chunk_address[c];
+            if (at == ZM__CHUNK_ABSENT || at == ZM__CHUNK_UNKNOWN)
+                continue;
+            from = at < from ? at : from;
+            to = at + array->chunk_stored_size[c] > to ? at + array->chunk_stored_size[c] : to;
+        }
+    }
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    from = from / page * page;
+    to = to > top->map_size ? top->map_size : to;
     /* Only our page tables' entries go: the page cache keeps the pages, and
      * a copy running meanwhile maps them again as it reads. */
-    if (map != NULL)
-        (void)madvise((void *)map, (size_t)source->map_size, MADV_DONTNEED);
+    if (from < to)
+        (void)madvise((void *)(map + from), (size_t)(to - from), MADV_DONTNEED);
 }
 
 void zm__source_unmap(zm_source *source)

@@ -623,7 +623,7 @@ int zm_synth_walk_direct(const zm_synth *synth, const zm_view *view, const zm_st
     }
     /* At most twice what walks may hold in memory: the map's pages of the
      * array walked count in the daemon's resident memory until the walk
-     * ends (zm_source_release_mapped), as a walk's memory would. */
+     * ends (zm_array_release_mapped), as a walk's memory would. */
     uint64_t bytes = node->value_size;
     for (unsigned d = 0; d < node->meta.rank; d++)
         bytes *= node->meta.shape[d];
@@ -755,16 +755,18 @@ int zm_synth_chunk(zm_synth *synth, zm_view *view, const zm_store_node *node, co
         *borrowed = 1;
         return 0; /* the walk in use until zm_synth_chunk_done */
     }
-    /* Zero is the fill value: a chunk cut from a walk has every row but its
-     * padding written, the others are made on zeros. */
+    /* Zero is the fill value: a chunk cut from a walk, or made for a direct
+     * one (each of its rows, or entries, copied from the source), has every
+     * row but its padding written; the others are made on zeros. */
     uint64_t row_bytes = per_row_values * node->value_size;
-    uint8_t *out = w != NULL ? malloc(bytes ? bytes : 1) : calloc(bytes ? bytes : 1, 1);
+    int written = w != NULL || read_flags == ZM_READ_MAPPED;
+    uint8_t *out = written ? malloc(bytes ? bytes : 1) : calloc(bytes ? bytes : 1, 1);
     if (out == NULL) {
         if (w != NULL)
             zm__walk_put(w);
         return zm_err_set(err, -ENOMEM, "out of memory for a %zu-byte chunk", bytes);
     }
-    if (w != NULL)
+    if (written)
         memset(out + (to - from) * row_bytes, 0, bytes - (to - from) * row_bytes);
     int rc = 0;
     if (w != NULL && w->fd >= 0 && w->in_order) {

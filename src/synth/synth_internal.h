@@ -86,6 +86,7 @@ struct zm_walk {
      * touched are let go when it retires or is freed. */
     int direct;
     zm_source *direct_source;
+    const zm_array *direct_array;
 };
 
 /* A spilled walk of strings: blocks of this size, a buffer a chunk. */

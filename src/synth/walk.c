@@ -272,7 +272,7 @@ static void walk_free(struct zm_walk *walk)
     unexpect_locked(s, walk);
     pthread_mutex_unlock(&s->mutex);
     if (walk->direct) /* the source's pages it mapped are let go */
-        zm_source_release_mapped(walk->direct_source);
+        zm_array_release_mapped(walk->direct_source, walk->direct_array);
     /* Its given-back prefix is no longer its own (other maps may lie there). */
     if (walk->bytes != NULL && walk->size > walk->released)
         munmap(walk->bytes + walk->released, walk->size - walk->released);
@@ -447,9 +447,10 @@ void zm_synth_walk_retire(const zm_view *view, const zm_store_node *node)
         return;
     pthread_mutex_lock(&w->mutex);
     zm_source *direct = w->direct ? w->direct_source : NULL;
+    const zm_array *array = w->direct_array;
     pthread_mutex_unlock(&w->mutex);
     if (direct != NULL) /* the source's pages it mapped are let go */
-        zm_source_release_mapped(direct);
+        zm_array_release_mapped(direct, array);
     zm_synth *s = w->synth;
     pthread_mutex_lock(&s->mutex);
     unexpect_locked(s, w);
@@ -764,6 +765,7 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
          * now, so that a cold source is read in file order, once. */
         w->direct = 1;
         w->direct_source = zm_view_source(view);
+        w->direct_array = node->source;
         w->size = 0;
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
         uint64_t memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
