@@ -233,27 +233,11 @@ static int check_chunks(zm_source *source, zm_array *array, const zm_range *rang
 {
     uint64_t step = array->chunk[0], raw = step * array->info.dtype.size;
     uint64_t *chunks = NULL;
-    size_t n = 0, capacity = 0;
-    for (size_t r = 0; r < count; r++) {
-        if (ranges[r].end <= ranges[r].start)
-            continue;
-        for (uint64_t c = ranges[r].start / step; c <= (ranges[r].end - 1) / step; c++) {
-            if (n > 0 && chunks[n - 1] >= c)
-                continue;
-            if (n == capacity) {
-                capacity = capacity ? capacity * 2 : 64;
-                uint64_t *grown = realloc(chunks, capacity * sizeof *grown);
-                if (grown == NULL) {
-                    free(chunks);
-                    return zm_err_set(err, -ENOMEM, "out of memory planning a read of %s",
-                                      array->file_path);
-                }
-                chunks = grown;
-            }
-            chunks[n++] = c;
-        }
-    }
-    int rc = zm__resolve_chunks(source, array, chunks, n, err);
+    size_t n = 0;
+    int rc = zm__chunk_positions(array, ranges, count, step, &chunks, &n, err);
+    if (rc != 0)
+        return rc;
+    rc = zm__resolve_chunks(source, array, chunks, n, err);
     for (size_t i = 0; rc == 0 && i < n; i++)
         zm__count_chunk(source); /* read, as a decode of it would be counted */
     uint64_t map_size = zm__source_top(source)->map_size;

@@ -555,6 +555,38 @@ static int gather_chunk(void *context, size_t task)
     return rc;
 }
 
+/* The chunk positions along the rows (step rows each) that hold a row of
+ * the ranges (ascending), each once, into a list the caller frees. */
+int zm__chunk_positions(const zm_array *array, const zm_range *ranges, size_t count,
+                        uint64_t step, uint64_t **out, size_t *out_count, zm_err *err)
+{
+    uint64_t *positions = NULL;
+    size_t position_count = 0, capacity = 0;
+    for (size_t r = 0; r < count; r++) {
+        if (ranges[r].end <= ranges[r].start)
+            continue;
+        uint64_t first = ranges[r].start / step, last = (ranges[r].end - 1) / step;
+        for (uint64_t p = first; p <= last; p++) {
+            if (position_count > 0 && positions[position_count - 1] >= p)
+                continue;
+            if (position_count == capacity) {
+                capacity = capacity ? capacity * 2 : 64;
+                uint64_t *grown = realloc(positions, capacity * sizeof *grown);
+                if (grown == NULL) {
+                    free(positions);
+                    return zm_err_set(err, -ENOMEM, "out of memory planning a read of %s",
+                                      array->file_path);
+                }
+                positions = grown;
+            }
+            positions[position_count++] = p;
+        }
+    }
+    *out = positions;
+    *out_count = position_count;
+    return 0;
+}
+
 int zm__gather_chunked(zm_source *source, zm_array *array, const zm_range *ranges, size_t count,
                        const uint64_t *out_row, uint8_t *out, unsigned flags, zm_err *err)
 {
@@ -570,7 +602,6 @@ int zm__gather_chunked(zm_source *source, zm_array *array, const zm_range *range
         if (total / count < ZM__MAPPED_RUN_BYTES)
             return zm__mapped_gather(source, array, ranges, count, out_row, out, flags, err);
     }
-    int rc;
     unsigned row_dim = array->info.transposed ? 1 : 0;
     uint64_t step = array->chunk[row_dim];
     /* Chunks per position along the row dimension, and their stride in the
@@ -582,26 +613,10 @@ int zm__gather_chunked(zm_source *source, zm_array *array, const zm_range *range
 
     /* Chunk positions along the rows that hold a kept row, each once. */
     uint64_t *positions = NULL;
-    size_t position_count = 0, capacity = 0;
-    for (size_t r = 0; r < count; r++) {
-        if (ranges[r].end <= ranges[r].start)
-            continue;
-        uint64_t first = ranges[r].start / step, last = (ranges[r].end - 1) / step;
-        for (uint64_t p = first; p <= last; p++) {
-            if (position_count > 0 && positions[position_count - 1] >= p)
-                continue;
-            if (position_count == capacity) {
-                capacity = capacity ? capacity * 2 : 64;
-                uint64_t *grown = realloc(positions, capacity * sizeof *grown);
-                if (grown == NULL) {
-                    free(positions);
-                    return zm_err_set(err, -ENOMEM, "out of memory planning a read");
-                }
-                positions = grown;
-            }
-            positions[position_count++] = p;
-        }
-    }
+    size_t position_count = 0;
+    int rc = zm__chunk_positions(array, ranges, count, step, &positions, &position_count, err);
+    if (rc != 0)
+        return rc;
     size_t task_count = position_count * rest;
     struct gather g = {source, array, ranges, count, out_row, out, NULL, rest, NULL, 0, NULL};
     g.one_pass = (flags & ZM_READ_PASS) ||

@@ -186,6 +186,11 @@ int zm__mapped(zm_source *source, const zm_array *array);
 int zm__mapped_gather(zm_source *source, const zm_array *array, const zm_range *ranges,
                       size_t count, const uint64_t *out_row, uint8_t *out, unsigned flags,
                       zm_err *err);
+/* The chunk positions along the rows (step rows each) that hold a row of
+ * the ranges (ascending), each once, into a list the caller frees
+ * (read_chunked.c). */
+int zm__chunk_positions(const zm_array *array, const zm_range *ranges, size_t count,
+                        uint64_t step, uint64_t **out, size_t *out_count, zm_err *err);
 /* The chunk index entries of the given chunks found (read_chunked.c). */
 int zm__resolve_chunks(zm_source *source, zm_array *array, const uint64_t *chunks, size_t count,
                        zm_err *err);
