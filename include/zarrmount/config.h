@@ -63,6 +63,10 @@ void zm_config_defaults(zm_config *config);
 /* The processors online, at least 1: the default number of threads. */
 unsigned zm_config_cores(void);
 
+/* The machine's physical memory in bytes (0 when it cannot be told):
+ * what is asked of the kernel ahead is an eighth of it at most. */
+uint64_t zm_config_memory(void);
+
 /* The push window for a memory cache of cache_bytes (resolved; see
  * ZM_PUSH_WINDOW_MAX). */
 uint64_t zm_config_push_window(uint64_t cache_bytes);

@@ -13,6 +13,12 @@ unsigned zm_config_cores(void)
     return cores > 1 ? (unsigned)cores : 1;
 }
 
+uint64_t zm_config_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
 void zm_config_unset(zm_config *config)
 {
     *config = (zm_config){.ahead_idle_seconds = -1};

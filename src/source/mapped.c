@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pool.h"
@@ -75,9 +74,10 @@ static const uint8_t *source_map(zm_source *source)
     pthread_mutex_lock(&source->map_mutex);
     map = atomic_load_explicit(&source->map, memory_order_relaxed);
     if (map == NULL && !source->map_failed) {
-        struct stat st;
+        /* A source that is no Zarr store is a regular file (checked when
+         * it was opened), of identity.size bytes. */
         if (!handler_installed || source->fd < 0 || source->store != NULL ||
-            source->identity.size == 0 || fstat(source->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            source->identity.size == 0) {
             atomic_store(&source->map_failed, 1);
         } else {
             void *m =
@@ -137,7 +137,7 @@ void zm__source_unmap(zm_source *source)
     atomic_store(&source->map, NULL);
 }
 
-int zm__mapped(zm_source *source, const zm_array *array)
+int zm_array_mapped(zm_source *source, const zm_array *array)
 {
     if (array == NULL || array->zarr != NULL || array->info.data_path != ZM_PATH_DIRECT)
         return 0;
@@ -153,11 +153,6 @@ int zm__mapped(zm_source *source, const zm_array *array)
      * h5py writes resizable, so chunked): each read where it lies. */
     return array->info.layout == ZM_LAYOUT_CHUNKED && array->storage_rank == 1 &&
            !array->info.transposed && zm__chunks_as_stored(array) && source_map(source) != NULL;
-}
-
-int zm_array_mapped(zm_source *source, const zm_array *array)
-{
-    return zm__mapped(source, array);
 }
 
 /* What a guarded copy copies: ranges of an array from the map. */
@@ -267,7 +262,7 @@ int zm__mapped_gather(zm_source *source, const zm_array *const_array, const zm_r
                       zm_err *err)
 {
     zm_array *array = (zm_array *)const_array;
-    if (!zm__mapped(source, array))
+    if (!zm_array_mapped(source, array))
         return zm_err_set(err, -EINVAL, "internal error: %s is not mapped", array->file_path);
     int chunked = array->info.layout == ZM_LAYOUT_CHUNKED;
     int rc = chunked ? check_chunks(source, array, ranges, count, err) : 0;

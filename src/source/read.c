@@ -225,16 +225,6 @@ static int gather_contiguous(zm_source *source, zm_array *array, const zm_range 
     }
     if (row_bytes == 0)
         return 0;
-    /* Many short runs (a chunk of a reordered view: rows from all over
-     * the source) are copied from the map of the file, not read a run a
-     * pread. */
-    if (count > 0 && (flags & ZM_READ_MAPPED) && zm__mapped(source, array)) {
-        uint64_t total = 0;
-        for (size_t r = 0; r < count; r++)
-            total += (ranges[r].end - ranges[r].start) * row_bytes;
-        if (total / count < ZM__MAPPED_RUN_BYTES)
-            return zm__mapped_gather(source, array, ranges, count, out_row, out, flags, err);
-    }
     /* Plan the pieces. */
     size_t capacity = 64, n = 0;
     struct piece *pieces = malloc(capacity * sizeof *pieces);
@@ -397,7 +387,13 @@ static int read_ranges(zm_source *source, const zm_array *const_array, const zm_
         }
         break;
     case ZM_PATH_DIRECT:
-        if (array->info.layout == ZM_LAYOUT_CHUNKED)
+        /* Many short runs (a chunk of a reordered view: rows from all over
+         * the source) of a mapped array are copied from the map of the
+         * file (mapped.c), not read a run or a chunk's part a pread. */
+        if ((flags & ZM_READ_MAPPED) && count > 0 &&
+            at * row_bytes / count < ZM__MAPPED_RUN_BYTES && zm_array_mapped(source, array))
+            rc = zm__mapped_gather(source, array, ranges, count, out_row, out, flags, err);
+        else if (array->info.layout == ZM_LAYOUT_CHUNKED)
             rc = zm__gather_chunked(source, array, ranges, count, out_row, out, flags, err);
         else
             rc = gather_contiguous(source, array, ranges, count, out_row, out, flags, err);

@@ -592,16 +592,6 @@ int zm__gather_chunked(zm_source *source, zm_array *array, const zm_range *range
 {
     if (array->chunk_count == 0)
         return 0; /* a dimension of length 0: no value to read */
-    /* Many short runs of unfiltered chunks (a chunk of a reordered view:
-     * entries from all over the source) are copied from the map of the
-     * file, not read a chunk's part a pread (mapped.c). */
-    if (count > 0 && (flags & ZM_READ_MAPPED) && zm__mapped(source, array)) {
-        uint64_t total = 0, row_bytes = zm_array_row_bytes(array);
-        for (size_t r = 0; r < count; r++)
-            total += (ranges[r].end - ranges[r].start) * row_bytes;
-        if (total / count < ZM__MAPPED_RUN_BYTES)
-            return zm__mapped_gather(source, array, ranges, count, out_row, out, flags, err);
-    }
     unsigned row_dim = array->info.transposed ? 1 : 0;
     uint64_t step = array->chunk[row_dim];
     /* Chunks per position along the row dimension, and their stride in the

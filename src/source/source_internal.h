@@ -175,11 +175,7 @@ static inline zm_source *zm__source_top(zm_source *source)
 /* Runs shorter than this on average are copied from the file's map where
  * there is one: longer ones are read with pread, in parallel pieces. */
 #define ZM__MAPPED_RUN_BYTES ((uint64_t)64 << 10)
-/* Whether an array's values are read from the map of its source's file: a
- * contiguous dataset of an HDF5 file that could be mapped, or a 1-d one in
- * unfiltered chunks. */
-int zm__mapped(zm_source *source, const zm_array *array);
-/* Runs of a mapped array (zm__mapped) copied from the map, range i to row
+/* Runs of a mapped array (zm_array_mapped) copied from the map, range i to row
  * out_row[i] of out (in parts on the pool when large; counted as a pass
  * with ZM_READ_PASS); -EIO with a reason where the file was cut short
  * under the map. */

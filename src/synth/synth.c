@@ -6,7 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "zarrmount/config.h"
 
 #include "synth_internal.h"
 
@@ -627,9 +628,7 @@ int zm_synth_walk_direct(const zm_synth *synth, const zm_view *view, const zm_st
     uint64_t bytes = node->value_size;
     for (unsigned d = 0; d < node->meta.rank; d++)
         bytes *= node->meta.shape[d];
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    uint64_t memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-    if (bytes / 2 > atomic_load(&((zm_synth *)synth)->limit) || bytes > memory / 8)
+    if (bytes / 2 > atomic_load(&((zm_synth *)synth)->limit) || bytes > zm_config_memory() / 8)
         return 0; /* (the walk asks the kernel ahead for at most an eighth of memory) */
     zm_view_kept kept;
     zm_err err;

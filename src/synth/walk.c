@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "zarrmount/config.h"
+
 #include "synth_internal.h"
 
 /* ---- What a mount gives walks -------------------------------------------------- */
@@ -767,9 +769,7 @@ static int make_walk(zm_view *view, const zm_store_node *node, struct zm_walk *w
         w->direct_source = zm_view_source(view);
         w->direct_array = node->source;
         w->size = 0;
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        uint64_t memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-        zm_array_prefetch(zm_view_source(view), node->source, memory / 8);
+        zm_array_prefetch(zm_view_source(view), node->source, zm_config_memory() / 8);
         return 0;
     }
     w->claimed = claim_reclaiming(w->size, w);

@@ -320,9 +320,9 @@ static void *encode_ahead(void *context)
         }
         if (later) {
             /* The array's last chunks (made by the other threads) done
-             * first, and its walk retired, so that the source's pages it
-             * mapped are let go before the next array's are (each a
-             * direct walk: the daemon then maps one array at a time). A
+             * first, and its walk retired (below), so that the source's
+             * pages it mapped are let go before the next array's are (each
+             * a direct walk: the daemon then maps one array at a time). A
              * bound, should a chunk never end. */
             struct timespec until;
             clock_gettime(CLOCK_REALTIME, &until);
@@ -332,9 +332,6 @@ static void *encode_ahead(void *context)
                    pthread_cond_timedwait(&t->changed, &t->mutex, &until) == 0)
                 ;
             pthread_mutex_unlock(&t->mutex);
-            if (!t->closing && a->done >= a->chunks)
-                zm_synth_walk_retire(view, a->node);
-            (void)walk_next(a, view, 1, NULL);
         }
         /* Every chunk made: the walk's memory may go to the next walk
          * (zm_synth_walk_retire). Said by whichever thread made the last. */
@@ -342,6 +339,8 @@ static void *encode_ahead(void *context)
             zm_synth_walk_retire(view, a->node);
             hand_on_put_off(t, view);
         }
+        if (later)
+            (void)walk_next(a, view, 1, NULL);
     }
     /* The last thread out, every chunk not made (closing, an error): the
      * walk will not be retired by this encoding after all. */
@@ -406,12 +405,11 @@ static void prefetch_next(zm_tree *t, zm_view *view, const zm_store_node *node)
     zm_err err;
     if (zm_view_kept_get(part, &kept, &err) != 0 || kept.count * 2 < kept.n)
         return;
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    uint64_t memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
     struct prefetch *p = malloc(sizeof *p);
     if (p == NULL)
         return;
-    *p = (struct prefetch){t, view, zm_view_source(part), next.found->source, memory / 8};
+    *p = (struct prefetch){t, view, zm_view_source(part), next.found->source,
+                           zm_config_memory() / 8};
     pthread_mutex_lock(&t->mutex);
     if (start_holding(t, view, prefetch_run, p) != 0)
         free(p);
