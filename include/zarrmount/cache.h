@@ -50,6 +50,10 @@ int zm_cache_get(zm_cache *cache, uint64_t key, zm_cache_loader loader,
  * loader must not get its own key (it would wait for itself); other keys
  * are fine. */
 void zm_cache_release(zm_cache *cache, zm_cache_ref *ref);
+/* Another hold on the entry ref holds (held: ref came from a get or a
+ * peek and is not released yet), given back with zm_cache_release; not
+ * counted as a get. A ref holding nothing gives one holding nothing. */
+void zm_cache_hold(zm_cache *cache, const zm_cache_ref *ref, zm_cache_ref *out);
 /* The chunk for key if the cache holds it loaded now (1, ref held as by a
  * get, counted a hit), else 0 with nothing loaded or waited for: a pass
  * that decodes its chunks itself uses what is kept already. */

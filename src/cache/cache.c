@@ -399,6 +399,17 @@ void zm_cache_release(zm_cache *cache, zm_cache_ref *ref)
     ref->entry = NULL;
 }
 
+void zm_cache_hold(zm_cache *cache, const zm_cache_ref *ref, zm_cache_ref *out)
+{
+    *out = *ref;
+    if (cache == NULL || ref->entry == NULL)
+        return;
+    zm__entry *e = ref->entry;
+    pthread_mutex_lock(&cache->mutex);
+    e->refs++; /* held already: not in the LRU list */
+    pthread_mutex_unlock(&cache->mutex);
+}
+
 void zm_cache_get_stats(zm_cache *cache, zm_cache_stats *stats)
 {
     pthread_mutex_lock(&cache->mutex);

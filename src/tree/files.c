@@ -165,6 +165,9 @@ struct make_context {
     const place *where;
     view_stats *stats;
     const char *key; /* the file's cache key, as text */
+    /* Set by the load that made a chunk to keep on disk: its disk key, for
+     * the writer to file the cache's entry once the load is done. */
+    char disk_key[2048];
 };
 
 static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err);
@@ -194,7 +197,7 @@ static void disk_key_of(const zm_tree *t, const char *file_key, char *out, size_
 }
 
 static int make_chunk(struct make_context *c, uint8_t **bytes, size_t *size, zm_err *err);
-static void queue_for_disk(zm_tree *t, const char *key, const uint8_t *bytes, size_t size);
+static void queue_for_disk(zm_tree *t, const char *key, const zm_cache_ref *ref);
 
 /* A damaged or unreadable entry, said once in the log. */
 static void kept_failed(zm_tree *t, int rc, const zm_err *err)
@@ -310,8 +313,8 @@ static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size
             *size = 0;
             return rc;
         }
-        if (rc == 0 && disk_key[0])
-            queue_for_disk(t, disk_key, *bytes, *size);
+        if (rc == 0 && disk_key[0]) /* filed once the cache holds it */
+            memcpy(c->disk_key, disk_key, sizeof disk_key);
         return rc;
     }
     default:
@@ -321,17 +324,26 @@ static int make_file_bytes(struct make_context *c, uint8_t **bytes, size_t *size
 
 /* ---- The disk writer ------------------------------------------------------------- */
 
+/* A chunk to file: a hold on the file cache's entry, so that queueing
+ * copies nothing and costs no memory while the cache keeps the entry. */
 struct disk_job {
     struct disk_job *next;
     char *key;
-    uint8_t *bytes;
-    size_t size;
+    zm_cache_ref ref;
 };
 
-/* What may wait in memory to be filed; past it, the thread that made a
- * chunk files it itself (a write to the page cache: far less than making
- * the chunk took), so that memory stays bounded and nothing is lost. */
-#define DISK_QUEUE_BYTES ((uint64_t)16 << 20)
+/* What may wait to be filed (held from the file cache, which cannot evict
+ * it meanwhile): half the file cache (a quarter of cache_size), so that a walk's chunks
+ * are filed by the idle-priority writer when a core is free (the reader's
+ * pauses, the walk's end) rather than by the threads making them. Past it,
+ * the thread that made a chunk files it itself (a write to the page cache:
+ * far less than making the chunk took), so that memory stays bounded and
+ * nothing is lost. */
+static uint64_t disk_queue_bytes(const zm_tree *t)
+{
+    uint64_t half = t->cache_bytes / 2;
+    return half > ((uint64_t)16 << 20) ? half : (uint64_t)16 << 20;
+}
 
 static void file_now(zm_tree *t, const char *key, const uint8_t *bytes, size_t size)
 {
@@ -343,34 +355,31 @@ static void file_now(zm_tree *t, const char *key, const uint8_t *bytes, size_t s
                 "from memory and the source", why.reason);
 }
 
-static void queue_for_disk(zm_tree *t, const char *key, const uint8_t *bytes, size_t size)
+static void queue_for_disk(zm_tree *t, const char *key, const zm_cache_ref *ref)
 {
     struct disk_job *job = malloc(sizeof *job);
     char *copy = strdup(key);
-    uint8_t *data = malloc(size ? size : 1);
     pthread_mutex_lock(&t->disk_mutex);
     int writing = !t->disk_stop && t->disk_writing;
-    int room = writing && t->disk_queued + size <= DISK_QUEUE_BYTES;
-    if (room && job && copy && data) {
-        memcpy(data, bytes, size);
-        *job = (struct disk_job){NULL, copy, data, size};
+    int room = writing && t->disk_queued + ref->size <= disk_queue_bytes(t);
+    if (room && job && copy) {
+        *job = (struct disk_job){NULL, copy, {0}};
+        zm_cache_hold(t->files, ref, &job->ref);
         if (t->disk_tail)
             t->disk_tail->next = job;
         else
             t->disk_head = job;
         t->disk_tail = job;
-        t->disk_queued += size;
+        t->disk_queued += ref->size;
         job = NULL;
         copy = NULL;
-        data = NULL;
         pthread_cond_signal(&t->disk_wake);
     }
     pthread_mutex_unlock(&t->disk_mutex);
-    if (writing && !room)
-        file_now(t, key, bytes, size);
+    if (writing && (!room || job != NULL))
+        file_now(t, key, ref->bytes, ref->size);
     free(job);
     free(copy);
-    free(data);
 }
 
 static void *disk_writer(void *context)
@@ -390,11 +399,12 @@ static void *disk_writer(void *context)
         if (t->disk_head == NULL)
             t->disk_tail = NULL;
         pthread_mutex_unlock(&t->disk_mutex);
-        file_now(t, job->key, job->bytes, job->size);
+        file_now(t, job->key, job->ref.bytes, job->ref.size);
+        size_t size = job->ref.size;
+        zm_cache_release(t->files, &job->ref);
         pthread_mutex_lock(&t->disk_mutex);
-        t->disk_queued -= job->size;
+        t->disk_queued -= size;
         free(job->key);
-        free(job->bytes);
         free(job);
     }
     pthread_mutex_unlock(&t->disk_mutex);
@@ -519,11 +529,13 @@ int zm__file_in_cache(zm_tree *t, zm_view *view, view_stats *vs, const char *ful
 {
     char key_text[1600];
     file_key_text(view, full_path, w, key_text, sizeof key_text);
-    struct make_context c = {t, view, w, vs, key_text};
+    struct make_context c = {t, view, w, vs, key_text, ""};
     uint64_t key = path_key(key_text);
     int rc = zm_cache_get_for(t->files, key, make_file, &c, &vs->cache, ref, err);
     if (rc == 0)
         size_put(t, key, ref->size);
+    if (rc == 0 && c.disk_key[0]) /* this call made it: filed once, by one thread */
+        queue_for_disk(t, c.disk_key, ref);
     return rc;
 }
 

@@ -870,8 +870,8 @@ void zm__tree_close(zm_tree *t)
     }
     zm__sets_close(t); /* after the views, which hold sets of their own */
     zm_synth_free(t->synth);
+    zm__stop_disk_writer(t); /* its queue holds entries of the file cache */
     zm_cache_destroy(t->files);
-    zm__stop_disk_writer(t);
     zm_disk_close(t->disk);
     zm_source_close(t->source);
     free(t->sizes.keys);
