@@ -4,6 +4,7 @@
 run, the ratios printed.
 
     /usr/bin/python3 bench/contiguous.py [BUILD] [--data DIR] [--cells N] [--runs R] [--parts abcde]
+                                         [--codec CODEC]
 
 The source: make_synthetic_h5ad.py's gzip-4 file (1M cells x 2,000 genes, ~100 values a cell;
 made if missing), read by anndata and written again by anndata's write_h5ad with no compression
@@ -26,8 +27,9 @@ not committed).
      X and obsm (a fresh process), for information (the default is kept or changed by these
      numbers); (e) the same codecs' sizes of full/ over the real .h5ad files of ../shared/data.
 
-Each figure of (a)-(c) is the best of --runs (default 2).  Prints one line a measure: ours,
-peer, ratio, target.
+Each figure of (a)-(c) is the best of --runs (default 2); --codec mounts (a) and (c) with that
+codec, not the default (the limit then compresses with it: it is the store's codec).  Prints one
+line a measure: ours, peer, ratio, target.
 """
 import argparse
 import json
@@ -157,6 +159,8 @@ class Bench:
 
     def walk(self, source, view, *options, drop=True):
         """(seconds, bytes, source bytes the daemon read) of a tar walk on a fresh mount."""
+        if self.a.codec and not any(o.startswith("codec=") for o in options):
+            options += (f"codec={self.a.codec}",)
         if drop:
             cold()
         with mounted(self.binary, source, *options) as (point, pid):
@@ -172,7 +176,8 @@ class Bench:
         dropped = cold()
         read_s = read_once(source)
         walk_s, walked, read = self.best(lambda: self.walk(source, "full"))
-        with mounted(self.binary, source) as (point, _):
+        codec = (f"codec={self.a.codec}",) if self.a.codec else ()
+        with mounted(self.binary, source, *codec) as (point, _):
             tar_walk(point, "full")
             _, out = python(COMPRESS, os.path.join(point, "full"), str(os.cpu_count()))
         comp = json.loads(out)
@@ -267,7 +272,7 @@ class Bench:
     def run(self):
         source = self.ensure_source()
         print(f"# source {source} ({os.path.getsize(source) / MiB:.0f} MiB); build {self.binary}; "
-              f"{os.cpu_count()} cores", flush=True)
+              f"{os.cpu_count()} cores; codec {self.a.codec or 'the default'}", flush=True)
         print(f"{'measure':<58} {'ours':>9} {'peer':>9} {'ratio':>6}  target", flush=True)
         for part in self.a.parts:
             getattr(self, f"part_{part}")(*(() if part == "e" else (source,)))
@@ -282,6 +287,7 @@ def main():
     p.add_argument("--cells", type=int, default=1_000_000)
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--parts", default="abcde", help="which of (a)-(e) to run (default: all)")
+    p.add_argument("--codec", help="the codec (a) and (c) mount with (default: the mount's default)")
     return Bench(p.parse_args()).run()
 
 

@@ -193,7 +193,7 @@ static int spaces(void)
 Test(kept_codecs, another_library_version_is_never_served, .init = make_cache_root,
      .fini = remove_cache_root)
 {
-    /* The default codec, blosc:zstd:1: its bytes are blosc's and zstd's. */
+    /* The default codec, blosc:zstd:1:bitshuffle: its bytes are blosc's and zstd's. */
     visit first = mount_and_read(NULL);
     cr_assert_gt(first.misses, 10, "the walk keeps its chunks: %lld misses",
                  (long long)first.misses);

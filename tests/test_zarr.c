@@ -182,16 +182,25 @@ static char *dump(const json_t *document)
 
 /* ---- codecs: text ---------------------------------------------------------------- */
 
-Test(codec, default_is_blosc_zstd_1_byte_shuffle)
+Test(codec, default_is_blosc_zstd_1_bitshuffle)
 {
     zm_codec c = zm_codec_default();
     cr_expect_eq(c.kind, ZM_CODEC_BLOSC);
     cr_expect_str_eq(c.blosc_cname, "zstd");
     cr_expect_eq(c.level, 1);
-    cr_expect_eq(c.shuffle, 1);
+    cr_expect_eq(c.shuffle, 2);
     char text[64];
     zm_codec_format(&c, text, sizeof text);
-    cr_expect_str_eq(text, "blosc:zstd:1");
+    cr_expect_str_eq(text, "blosc:zstd:1:bitshuffle");
+    /* blosc named without a shuffle shuffles bytes, as numcodecs' Blosc:
+     * an option written before the default changed means what it meant. */
+    static const char *const named[] = {"blosc", "blosc:zstd", "blosc:zstd:1"};
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        zm_codec b = parse_codec(named[i]);
+        cr_expect_eq(b.shuffle, 1, "%s", named[i]);
+        zm_codec_format(&b, text, sizeof text);
+        cr_expect_str_eq(text, "blosc:zstd:1", "%s", named[i]);
+    }
 }
 
 Test(codec, parse_and_format)
@@ -305,7 +314,7 @@ Test(codec, config_objects)
     char *text = dump(config);
     cr_expect_str_eq(text,
                      "{\n    \"blocksize\": 1048576,\n    \"clevel\": 1,\n    \"cname\": \"zstd\",\n"
-                     "    \"id\": \"blosc\",\n    \"shuffle\": 1\n}");
+                     "    \"id\": \"blosc\",\n    \"shuffle\": 2\n}");
     free(text);
     json_decref(config);
 

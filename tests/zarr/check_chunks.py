@@ -58,8 +58,11 @@ def codec_of(text):
     parts = text.split(':')
     if parts[0] == 'zstd':
         return Zstd(level=int(parts[1]))
-    # zarrmount's blosc block: a whole 1 MiB chunk (ZM_BLOSC_BLOCKSIZE).
-    return Blosc(cname=parts[1], clevel=int(parts[2]), shuffle=Blosc.SHUFFLE, blocksize=1 << 20)
+    # zarrmount's blosc block: a whole 1 MiB chunk (ZM_BLOSC_BLOCKSIZE); the
+    # shuffle a fourth part, bytes when unsaid (as numcodecs' Blosc).
+    shuffles = {'shuffle': Blosc.SHUFFLE, 'bitshuffle': Blosc.BITSHUFFLE, 'noshuffle': Blosc.NOSHUFFLE}
+    shuffle = shuffles[parts[3]] if len(parts) > 3 else Blosc.SHUFFLE
+    return Blosc(cname=parts[1], clevel=int(parts[2]), shuffle=shuffle, blocksize=1 << 20)
 
 
 def load_values(directory, entry):
