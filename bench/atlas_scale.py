@@ -320,7 +320,9 @@ class Bench:
             hwm = vm_hwm(pid)
             shm_s, why = self.tmpfs_copy(point, "full")
         limit = read_s + comp["seconds"]
-        codecs = ", ".join(":".join(str(c.get(f, "")) for f in ("id", "cname", "clevel") if f in c)
+        shuffles = {0: "noshuffle", 2: "bitshuffle"}  # byte shuffle (1) is left unsaid, as in codec=
+        codecs = ", ".join(":".join([str(c[f]) for f in ("id", "cname", "clevel") if f in c] +
+                                    ([shuffles[c["shuffle"]]] if c.get("shuffle") in shuffles else []))
                            for c in map(json.loads, comp["codecs"]))
         ratio = walk_s / limit
         state = "cold (page cache dropped)" if cold else "warm (page cache could not be dropped)"
@@ -556,7 +558,8 @@ class Bench:
         read_h5ad + write_zarr, and the walk with codec=none against bindfs."""
         import contiguous
         b = contiguous.Bench(argparse.Namespace(build=os.path.dirname(self.binary), data=data,
-                                                cells=self.args.cells, runs=1 if self.quick else 2))
+                                                cells=self.args.cells, runs=1 if self.quick else 2,
+                                                codec=None))
         source = b.ensure_source()
         b.part_a(source)
         b.part_b(source)
