@@ -41,7 +41,9 @@ The memory bound (docs/mount.md, "Memory"): the daemon's resident memory
 once mounted, plus twice what it may hold: cache_size, per-cell state for
 as many views as it keeps at once (MAX_VIEWS = 32; 8 bytes a cell for the
 order and the map back, 16 bytes a cell for each sparse matrix whose rows
-or columns are cells) and the disk cache's write queue (16 MiB); twice,
+or columns are cells) and the disk cache's write queue (the file cache's
+entries it holds beyond that cache's bound: a quarter of cache_size, at
+least 16 MiB); twice,
 because glibc keeps what is freed in its arenas for reuse (the daemon has
 one arena a core: measured on 2 cores, a 10-minute run on 20,000 cells held
 76 MB in use in 150 MB of heap); plus --memory-slack MiB (64 by default: up
@@ -79,7 +81,8 @@ ROOT = os.environ.get("ZM_SOURCE_ROOT", ".")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 MAX_VIEWS = 32                      # src/tree/tree_internal.h: views the daemon keeps at once
-DISK_QUEUE_BYTES = 16 << 20         # src/tree/files.c: chunks waiting to be filed on disk
+DISK_QUEUE_FLOOR = 16 << 20         # src/tree/files.c (disk_queue_bytes): chunks waiting to be
+                                    # filed on disk, at most max(this, cache_size / 4)
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer",
                      "ThreadSanitizer: ", "runtime error:", "SUMMARY: UndefinedBehaviorSanitizer")
 
@@ -790,11 +793,12 @@ def run(args):
         baseline = stress.memory()[0]
         sparse = per_cell_sparse_count(info)
         per_cell = MAX_VIEWS * n_obs * (8 + 16 * sparse)
-        held = args.cache_size + per_cell + DISK_QUEUE_BYTES
+        queue = max(DISK_QUEUE_FLOOR, args.cache_size // 4)
+        held = args.cache_size + per_cell + queue
         bound = baseline + 2 * held + args.memory_slack * (1 << 20)
         diag(f"memory bound {mib(bound)} = resident once mounted {mib(baseline)} + 2 x (cache_size "
              f"{mib(args.cache_size)} + per-cell state {mib(per_cell)} ({MAX_VIEWS} views x {n_obs} cells x "
-             f"(8 + 16 x {sparse} sparse)) + disk queue {mib(DISK_QUEUE_BYTES)}) + {args.memory_slack} MiB")
+             f"(8 + 16 x {sparse} sparse)) + disk queue {mib(queue)}) + {args.memory_slack} MiB")
 
         stop = threading.Event()
         # Views only looked at (stat), at random seeds and sizes: a bounded
