@@ -151,6 +151,9 @@ static json_t *mount_file(zm_tree *tree, const char *path)
     return document;
 }
 
+/* blosc with zstd (the default before issue 25 made it lz4). */
+#define BLOSC_ZSTD "blosc:zstd:1:bitshuffle"
+
 typedef struct visit {
     uint64_t digest;
     size_t files;
@@ -193,15 +196,15 @@ static int spaces(void)
 Test(kept_codecs, another_library_version_is_never_served, .init = make_cache_root,
      .fini = remove_cache_root)
 {
-    /* The default codec, blosc:zstd:1:bitshuffle: its bytes are blosc's and zstd's. */
-    visit first = mount_and_read(NULL);
+    /* blosc with zstd: its bytes are blosc's and zstd's. */
+    visit first = mount_and_read(BLOSC_ZSTD);
     cr_assert_gt(first.misses, 10, "the walk keeps its chunks: %lld misses",
                  (long long)first.misses);
     cr_expect_eq(first.hits, 0);
     cr_expect_eq(spaces(), 1);
 
     /* The same build: every kept chunk is served from the disk. */
-    visit same = mount_and_read(NULL);
+    visit same = mount_and_read(BLOSC_ZSTD);
     cr_expect_eq(same.hits, first.misses, "same libraries: %lld hits of %lld kept",
                  (long long)same.hits, (long long)first.misses);
     cr_expect_eq(same.misses, 0);
@@ -210,37 +213,58 @@ Test(kept_codecs, another_library_version_is_never_served, .init = make_cache_ro
     /* A build linked to another zstd: nothing kept is served, every chunk
      * is made afresh and filed apart. */
     cr_assert_eq(zm__codec_library_pretend("zstd", "1.5.999"), 0);
-    visit other = mount_and_read(NULL);
+    visit other = mount_and_read(BLOSC_ZSTD);
     cr_expect_eq(other.hits, 0, "another zstd: %lld chunks of the old one served",
                  (long long)other.hits);
     cr_expect_eq(other.misses, first.misses);
     cr_expect_eq(other.digest, first.digest, "the same values, made again");
     cr_expect_eq(spaces(), 2, "filed apart from the old entries");
     /* ... and once made, that build finds its own. */
-    visit other_again = mount_and_read(NULL);
+    visit other_again = mount_and_read(BLOSC_ZSTD);
     cr_expect_eq(other_again.hits, first.misses);
     cr_expect_eq(other_again.misses, 0);
 
     /* Another blosc: the same. */
     cr_assert_eq(zm__codec_library_pretend("zstd", NULL), 0);
     cr_assert_eq(zm__codec_library_pretend("blosc", "1.99.0"), 0);
-    visit other_blosc = mount_and_read(NULL);
+    visit other_blosc = mount_and_read(BLOSC_ZSTD);
     cr_expect_eq(other_blosc.hits, 0);
     cr_expect_eq(other_blosc.misses, first.misses);
 
     /* Another lz4 makes none of blosc:zstd's bytes: its entries are served. */
     cr_assert_eq(zm__codec_library_pretend("blosc", NULL), 0);
     cr_assert_eq(zm__codec_library_pretend("lz4", "9.0.0"), 0);
-    visit other_lz4 = mount_and_read(NULL);
+    visit other_lz4 = mount_and_read(BLOSC_ZSTD);
     cr_expect_eq(other_lz4.hits, first.misses);
     cr_expect_eq(other_lz4.misses, 0);
     cr_assert_eq(zm__codec_library_pretend("lz4", NULL), 0);
 
     /* Back on the first build, its entries are still there and served. */
-    visit back = mount_and_read(NULL);
+    visit back = mount_and_read(BLOSC_ZSTD);
     cr_expect_eq(back.hits, first.misses);
     cr_expect_eq(back.misses, 0);
     cr_expect_eq(back.digest, first.digest);
+}
+
+/* The default codec, blosc:lz4:5:bitshuffle: its bytes are blosc's and lz4's,
+ * none of zstd's. */
+Test(kept_codecs, the_default_is_keyed_by_blosc_and_lz4, .init = make_cache_root,
+     .fini = remove_cache_root)
+{
+    visit first = mount_and_read(NULL);
+    cr_assert_gt(first.misses, 10, "the walk keeps its chunks: %lld misses",
+                 (long long)first.misses);
+    cr_assert_eq(zm__codec_library_pretend("zstd", "1.5.999"), 0);
+    visit other_zstd = mount_and_read(NULL);
+    cr_expect_eq(other_zstd.hits, first.misses, "the default makes no zstd bytes");
+    cr_assert_eq(zm__codec_library_pretend("zstd", NULL), 0);
+    cr_assert_eq(zm__codec_library_pretend("lz4", "9.0.0"), 0);
+    visit other_lz4 = mount_and_read(NULL);
+    cr_expect_eq(other_lz4.hits, 0, "another lz4: %lld chunks of the old one served",
+                 (long long)other_lz4.hits);
+    cr_expect_eq(other_lz4.misses, first.misses);
+    cr_expect_eq(other_lz4.digest, first.digest);
+    cr_assert_eq(zm__codec_library_pretend("lz4", NULL), 0);
 }
 
 /* zstd:3 calls libzstd alone: another zstd is never served. */

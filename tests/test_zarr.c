@@ -182,16 +182,16 @@ static char *dump(const json_t *document)
 
 /* ---- codecs: text ---------------------------------------------------------------- */
 
-Test(codec, default_is_blosc_zstd_1_bitshuffle)
+Test(codec, default_is_blosc_lz4_5_bitshuffle)
 {
     zm_codec c = zm_codec_default();
     cr_expect_eq(c.kind, ZM_CODEC_BLOSC);
-    cr_expect_str_eq(c.blosc_cname, "zstd");
-    cr_expect_eq(c.level, 1);
+    cr_expect_str_eq(c.blosc_cname, "lz4");
+    cr_expect_eq(c.level, 5);
     cr_expect_eq(c.shuffle, 2);
     char text[64];
     zm_codec_format(&c, text, sizeof text);
-    cr_expect_str_eq(text, "blosc:zstd:1:bitshuffle");
+    cr_expect_str_eq(text, "blosc:lz4:5:bitshuffle");
     /* blosc named without a shuffle shuffles bytes, as numcodecs' Blosc:
      * an option written before the default changed means what it meant. */
     static const char *const named[] = {"blosc", "blosc:zstd", "blosc:zstd:1"};
@@ -313,7 +313,7 @@ Test(codec, config_objects)
     json_t *config = zm_codec_config(&d);
     char *text = dump(config);
     cr_expect_str_eq(text,
-                     "{\n    \"blocksize\": 1048576,\n    \"clevel\": 1,\n    \"cname\": \"zstd\",\n"
+                     "{\n    \"blocksize\": 1048576,\n    \"clevel\": 5,\n    \"cname\": \"lz4\",\n"
                      "    \"id\": \"blosc\",\n    \"shuffle\": 2\n}");
     free(text);
     json_decref(config);

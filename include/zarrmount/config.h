@@ -31,7 +31,7 @@
 #define ZM_PUSH_WINDOW_MAX ((uint64_t)64 << 20)
 
 typedef struct zm_config {
-    const char *codec;         /* "blosc:zstd:1" etc.; NULL: the default (zm_codec_default, blosc:zstd:1:bitshuffle) */
+    const char *codec;         /* "blosc:zstd:1" etc.; NULL: the default (zm_codec_default, blosc:lz4:5:bitshuffle) */
     uint64_t chunk_bytes;      /* raw bytes a chunk aims at; 0: the default */
     uint64_t cache_bytes;      /* memory kept for reuse, split as ZM_DEFAULT_CACHE_BYTES says;
                                 * 0: the default */

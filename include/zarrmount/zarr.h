@@ -40,8 +40,8 @@ typedef struct zm_codec {
  * so nothing needs the smaller blocks. */
 #define ZM_BLOSC_BLOCKSIZE (1 << 20)
 
-/* The default: blosc with zstd level 1 and bit shuffle ("blosc" named alone
- * shuffles bytes, as numcodecs' Blosc). */
+/* The default: blosc with lz4 at level 5 and bit shuffle ("blosc" named
+ * alone is zstd level 1 with byte shuffle). */
 zm_codec zm_codec_default(void);
 
 /* Parses "none", "zstd[:LEVEL]",

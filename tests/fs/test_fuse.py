@@ -783,7 +783,7 @@ def test_options():
     text = " ".join(done.stdout.split())
     wanted = ["-f", "-d", "codec=", "chunk_size=", "cache_size=", "threads=", "allow_other", "-o ro", "--help",
               "--version", "default 1M", "default 1G", "one per core",
-              "default blosc:zstd:1:bitshuffle: fast to make and to decode, compresses counts well; blosc alone shuffles bytes",
+              "default blosc:lz4:5:bitshuffle: fast to make and to decode, compresses counts well; blosc alone is zstd:1 with byte shuffle",
               "fuse.zarrmount ro,allow_other 0 0"]
     missing = [w for w in wanted if w not in text]
     check("--help: every option, the defaults and why this codec", done.returncode == 0 and not missing, str(missing))

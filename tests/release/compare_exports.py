@@ -50,8 +50,8 @@ def present():
 
 
 VIEWS = ["full", "uniform/seed0/k=20"]
-CODECS = ["none", "zstd:1", "zstd:3", "zstd:9", "blosc:zstd:1:bitshuffle", "blosc:zstd:1", "blosc:lz4",
-          "blosc:lz4hc", "blosc:blosclz", "blosc:zlib"]
+CODECS = ["none", "zstd:1", "zstd:3", "zstd:9", "blosc:lz4:5:bitshuffle", "blosc:zstd:1:bitshuffle",
+          "blosc:zstd:1", "blosc:lz4", "blosc:lz4hc", "blosc:blosclz", "blosc:zlib"]
 METADATA = {".zgroup", ".zattrs", ".zarray", ".zmetadata"}
 # The libraries whose versions decide compressed bytes (Debian package names).
 LIBRARIES = ["libzstd1", "libblosc1", "liblz4-1", "zlib1g"]
