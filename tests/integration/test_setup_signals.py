@@ -66,6 +66,26 @@ def wait_blocked(process, foreground, seconds=20):
     return False
 
 
+def wait_stopped(pid, seconds=HANG_SECONDS):
+    """Waits until every thread of pid is stopped (state T): kill() returns
+    once SIGSTOP is sent, and on a loaded machine a worker of the first
+    daemon may still answer a read (the second daemon's, of its source) before
+    it stops. True when all are."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                pass
+        if states and all(state in ("T", "t") for state in states):
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def main():
     with Mount(SOURCE, debug=False) as hung:
         # The second daemon's source: a file of the first mount whose name and
@@ -76,6 +96,7 @@ def main():
         os.close(os.open(source, os.O_RDONLY))
         os.kill(hung.daemon.pid, signal.SIGSTOP)
         try:
+            check("the first daemon is stopped, every thread of it", wait_stopped(hung.daemon.pid))
             for foreground in (True, False):
                 for number in (signal.SIGTERM, signal.SIGINT):
                     name = f"{signal.Signals(number).name} {'to a daemon in the foreground' if foreground else 'to the command waiting for its daemon'}"
