@@ -169,3 +169,94 @@ def drop_caches():
         return True
     except OSError:
         return False
+
+
+# The limit's compression (atlas_scale (a), contiguous (a)): every chunk file of a store's arrays
+# decompressed beforehand (keeping the filters' output: the bytes the codec compressed), then
+# compressed again with the array's own compressor on THREADS threads (numcodecs releases the
+# GIL; blosc's own threads off, as every chunk is one block), only that timed.  The raw bytes are handed over as an array of the .zarray's dtype, so
+# that blosc's shuffle works on the store's item size, as the store's own chunks were made (as
+# bytes, blosc took an item size of 1: byte shuffle did nothing and bit shuffle shuffled bits
+# within bytes, and the limit compressed worse than the walk: 509 MiB where the walk's store held
+# 195).  Object (strings) and structured dtypes stay bytes.
+# argv: ROOT THREADS; prints JSON: seconds, raw, stored, recompressed, chunks, plain, codecs.
+COMPRESS = r"""
+import json, os, sys, time
+from concurrent.futures import ThreadPoolExecutor
+import numpy as np
+import numcodecs, numcodecs.blosc
+root, threads = sys.argv[1], int(sys.argv[2])
+numcodecs.blosc.use_threads = False
+work, stored, raw, plain, codecs = [], 0, 0, 0, set()
+for d, _, files in os.walk(root):
+    if ".zarray" not in files:
+        continue
+    meta = json.load(open(os.path.join(d, ".zarray")))
+    comp = meta.get("compressor")
+    codec = numcodecs.get_codec(dict(comp)) if comp else None
+    if comp:
+        codecs.add(json.dumps(comp, sort_keys=True))
+    dtype = np.dtype(meta["dtype"]) if isinstance(meta["dtype"], str) else None
+    numeric = dtype is not None and dtype.kind in "biufc" and not meta.get("filters")
+    for name in files:
+        if name.startswith("."):
+            continue
+        b = open(os.path.join(d, name), "rb").read()
+        stored += len(b)
+        if codec is None:
+            plain += len(b)
+            continue
+        r = bytes(codec.decode(b))
+        raw += len(r)
+        work.append((codec, np.frombuffer(r, dtype=dtype) if numeric else r))
+t = time.perf_counter()
+with ThreadPoolExecutor(threads) as ex:
+    out = sum(len(c) for c in ex.map(lambda w: w[0].encode(w[1]), work))
+sec = time.perf_counter() - t
+print(json.dumps({"seconds": sec, "raw": raw, "stored": stored, "recompressed": out, "chunks": len(work),
+                  "plain": plain, "codecs": sorted(codecs)}))
+"""
+
+
+# The limit's decoding (atlas_scale (a), contiguous (a)): a source's compressed chunks inflated
+# once, as they must be for their values to be served at all.  Every chunk of every deflate
+# dataset of an HDF5 file is read raw (read_direct_chunk, untimed), then inflated on THREADS
+# threads (zlib releases the GIL), only that timed; shuffle is undone with numpy, timed too.
+# Contiguous and unfiltered datasets cost nothing here: their bytes are read as they are.
+# Any other filter is named in "other" (its decoding is then not in the limit: none of the bench
+# files has one).  argv: FILE THREADS; prints JSON: seconds, chunks, stored, raw, other.
+DECODE = r"""
+import json, sys, time, zlib
+from concurrent.futures import ThreadPoolExecutor
+import h5py, numpy as np
+path, threads = sys.argv[1], int(sys.argv[2])
+work, other = [], set()
+def visit(name, obj):
+    if not isinstance(obj, h5py.Dataset) or obj.chunks is None:
+        return
+    plist = obj.id.get_create_plist()
+    filters = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+    if not filters:
+        return
+    if any(f not in (h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE) for f in filters):
+        other.add(name)
+        return
+    at = {f: 1 << i for i, f in enumerate(filters)}  # a chunk's filter mask: bit i, filter i skipped
+    for i in range(obj.id.get_num_chunks()):
+        mask, raw = obj.id.read_direct_chunk(obj.id.get_chunk_info(i).chunk_offset)
+        applied = [f in at and not mask & at[f] for f in (h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_DEFLATE)]
+        work.append((raw, obj.dtype.itemsize if applied[0] else 0, applied[1]))
+with h5py.File(path, "r") as f:
+    f.visititems(visit)
+def decode(w):
+    raw, shuffle, deflated = w
+    b = zlib.decompress(raw) if deflated else raw
+    if shuffle > 1:
+        b = np.frombuffer(b, np.uint8).reshape(shuffle, -1).T.tobytes()
+    return len(b)
+t = time.perf_counter()
+with ThreadPoolExecutor(threads) as ex:
+    out = sum(ex.map(decode, work))
+print(json.dumps({"seconds": time.perf_counter() - t, "chunks": len(work),
+                  "stored": sum(len(w[0]) for w in work), "raw": out, "other": sorted(other)}))
+"""
