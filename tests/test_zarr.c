@@ -769,6 +769,53 @@ Test(codec, other_shuffles)
     }
 }
 
+/* A thread compresses into a buffer it keeps (up to 16 MiB, the worst case of
+ * a chunk) and hands out a copy of the output alone. Chunks in any order of
+ * size, and one past what a thread keeps, give the bytes of numcodecs' own
+ * calls (blosc_compress_ctx, ZSTD_compress into the worst case's room) and
+ * nothing of an earlier, larger chunk. */
+Test(codec, compresses_in_a_kept_buffer_and_hands_out_the_output_alone)
+{
+    static const size_t sizes[] = {1u << 20, 1000, (1u << 20) + 3, (17u << 20) + 5, 64, 2u << 20};
+    size_t largest = (17u << 20) + 5;
+    uint8_t *data = malloc(largest);
+    uint64_t x = 7;
+    for (size_t i = 0; i < largest; i++) {
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        data[i] = (i / 8192) % 3 ? (uint8_t)(i / 256) : (uint8_t)(x >> 56);
+    }
+    static const char *const codecs[] = {"blosc:lz4:5:bitshuffle", "blosc:zstd:1", "zstd:3"};
+    for (size_t c = 0; c < COUNT(codecs); c++) {
+        zm_codec codec = parse_codec(codecs[c]);
+        for (size_t s = 0; s < COUNT(sizes); s++) {
+            size_t size = sizes[s];
+            uint8_t *out = NULL, *back = NULL;
+            size_t out_size = 0, back_size = 0;
+            zm_err err = {0};
+            cr_assert_eq(zm_codec_encode(&codec, 4, data, size, &out, &out_size, &err), 0,
+                         "%s %zu: %s", codecs[c], size, err.reason);
+            size_t room = codec.kind == ZM_CODEC_ZSTD ? ZSTD_compressBound(size)
+                                                      : size + BLOSC_MAX_OVERHEAD;
+            uint8_t *reference = malloc(room);
+            size_t reference_size =
+                codec.kind == ZM_CODEC_ZSTD
+                    ? ZSTD_compress(reference, room, data, size, codec.level)
+                    : (size_t)blosc_compress_ctx(codec.level, codec.shuffle, 4, size, data,
+                                                 reference, room, codec.blosc_cname,
+                                                 (size_t)codec.blocksize, 1);
+            cr_assert_eq(out_size, reference_size, "%s %zu", codecs[c], size);
+            cr_assert(memcmp(out, reference, out_size) == 0, "%s %zu", codecs[c], size);
+            cr_assert_eq(zm_codec_decode(&codec, out, out_size, &back, &back_size, &err), 0);
+            cr_assert_eq(back_size, size);
+            cr_assert(memcmp(back, data, size) == 0, "%s %zu", codecs[c], size);
+            free(reference);
+            free(out);
+            free(back);
+        }
+    }
+    free(data);
+}
+
 typedef struct encode_job {
     const uint8_t *data;
     size_t size;

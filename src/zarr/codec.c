@@ -290,11 +290,80 @@ static uint8_t *zm__alloc(size_t size)
     return malloc(size ? size : 1);
 }
 
-/* Gives back the unused tail of a buffer that was sized for the worst case. */
-static uint8_t *zm__shrink(uint8_t *buffer, size_t size)
+/* Where a chunk is compressed: a buffer of the worst case's size, kept by
+ * the thread for its next chunk, and the output then copied into a buffer of
+ * its own exact size. Compressing into a fresh worst-case buffer and
+ * shrinking it with realloc left a hole of the unused tail (about two thirds
+ * of a 1 MiB chunk) between the cache's long-lived entries, too small for the
+ * next worst case: at 10 million cells the daemon's heap held about 200 MiB
+ * more than its caches and cells. A thread keeps up to ZM__SCRATCH_KEEP (the
+ * worst case of chunks many times the default 1 MiB); a larger one is
+ * allocated for that chunk alone. The copy is of the compressed bytes only. */
+#define ZM__SCRATCH_KEEP ((size_t)16 << 20)
+
+struct zm__scratch {
+    uint8_t *bytes;
+    size_t capacity;
+};
+
+static pthread_key_t zm__scratch_key;
+static pthread_once_t zm__scratch_once = PTHREAD_ONCE_INIT;
+static int zm__scratch_ready;
+
+static void zm__scratch_free(void *p)
 {
-    uint8_t *smaller = realloc(buffer, size ? size : 1);
-    return smaller ? smaller : buffer;
+    struct zm__scratch *s = p;
+    free(s->bytes);
+    free(s);
+}
+
+static void zm__scratch_init(void)
+{
+    zm__scratch_ready = pthread_key_create(&zm__scratch_key, zm__scratch_free) == 0;
+}
+
+/* A buffer of at least CAPACITY bytes for this thread to compress into, or
+ * NULL when out of memory; *owned says it is the caller's to free. */
+static uint8_t *zm__scratch_get(size_t capacity, int *owned)
+{
+    *owned = 0;
+    pthread_once(&zm__scratch_once, zm__scratch_init);
+    struct zm__scratch *s = zm__scratch_ready ? pthread_getspecific(zm__scratch_key) : NULL;
+    if (capacity > ZM__SCRATCH_KEEP || !zm__scratch_ready) {
+        *owned = 1;
+        return zm__alloc(capacity);
+    }
+    if (s == NULL) {
+        s = calloc(1, sizeof *s);
+        if (s == NULL || pthread_setspecific(zm__scratch_key, s) != 0) {
+            free(s);
+            *owned = 1;
+            return zm__alloc(capacity);
+        }
+    }
+    if (s->capacity < capacity) {
+        /* Grown to the largest chunk seen, never past the keep limit. */
+        free(s->bytes);
+        s->bytes = zm__alloc(capacity);
+        s->capacity = s->bytes ? capacity : 0;
+    }
+    return s->bytes;
+}
+
+/* The first SIZE bytes of a compression buffer in a buffer of their own;
+ * frees the compression buffer when it was the caller's. */
+static int zm__scratch_output(uint8_t *scratch, int owned, size_t size, uint8_t **out,
+                              zm_err *err)
+{
+    uint8_t *copy = zm__alloc(size);
+    if (copy != NULL && size > 0)
+        memcpy(copy, scratch, size);
+    if (owned)
+        free(scratch);
+    if (copy == NULL)
+        return zm_err_set(err, -ENOMEM, "out of memory for a %zu-byte compressed chunk", size);
+    *out = copy;
+    return 0;
 }
 
 static int zm__encode_blosc(const zm_codec *codec, size_t typesize, const void *in, size_t size,
@@ -308,7 +377,8 @@ static int zm__encode_blosc(const zm_codec *codec, size_t typesize, const void *
      * compression always succeeds (blosc stores the bytes as they are when
      * they do not shrink). */
     size_t capacity = size + BLOSC_MAX_OVERHEAD;
-    uint8_t *buffer = zm__alloc(capacity);
+    int owned;
+    uint8_t *buffer = zm__scratch_get(capacity, &owned);
     if (buffer == NULL)
         return zm_err_set(err, -ENOMEM, "blosc: out of memory for a %zu-byte chunk", size);
     /* c-blosc treats typesize 0 or past 255 as 1; say so rather than rely on it. */
@@ -316,14 +386,16 @@ static int zm__encode_blosc(const zm_codec *codec, size_t typesize, const void *
     int n = blosc_compress_ctx(codec->level, codec->shuffle, blosc_typesize, size, in, buffer,
                                capacity, codec->blosc_cname, (size_t)codec->blocksize, 1);
     if (n <= 0) {
-        free(buffer);
+        if (owned)
+            free(buffer);
         return zm_err_set(err, -EIO,
                           "blosc-%s: compression failed (blosc_compress_ctx returned %d)",
                           codec->blosc_cname, n);
     }
-    *out = zm__shrink(buffer, (size_t)n);
-    *out_size = (size_t)n;
-    return 0;
+    int rc = zm__scratch_output(buffer, owned, (size_t)n, out, err);
+    if (rc == 0)
+        *out_size = (size_t)n;
+    return rc;
 }
 
 static int zm__encode_zstd(const zm_codec *codec, const void *in, size_t size, uint8_t **out,
@@ -332,20 +404,23 @@ static int zm__encode_zstd(const zm_codec *codec, const void *in, size_t size, u
     size_t capacity = ZSTD_compressBound(size);
     if (ZSTD_isError(capacity))
         return zm_err_set(err, -EINVAL, "zstd: a chunk of %zu bytes is too large", size);
-    uint8_t *buffer = zm__alloc(capacity);
+    int owned;
+    uint8_t *buffer = zm__scratch_get(capacity, &owned);
     if (buffer == NULL)
         return zm_err_set(err, -ENOMEM, "zstd: out of memory for a %zu-byte chunk", size);
     size_t n = ZSTD_compress(buffer, capacity, in, size, codec->level);
     if (ZSTD_isError(n)) {
-        free(buffer);
+        if (owned)
+            free(buffer);
         if (ZSTD_getErrorCode(n) == ZSTD_error_memory_allocation)
             return zm_err_set(err, -ENOMEM, "zstd: out of memory compressing a %zu-byte chunk",
                               size);
         return zm_err_set(err, -EIO, "zstd: compression failed (%s)", ZSTD_getErrorName(n));
     }
-    *out = zm__shrink(buffer, n);
-    *out_size = n;
-    return 0;
+    int rc = zm__scratch_output(buffer, owned, n, out, err);
+    if (rc == 0)
+        *out_size = n;
+    return rc;
 }
 
 static int zm__copy(const void *in, size_t size, uint8_t **out, size_t *out_size, zm_err *err)
