@@ -58,11 +58,12 @@ static zm_codec zm__blosc_named(void)
 }
 
 /* The default, chosen by issue 25's measures (docs/performance.md, "The
- * default codec"): blosc's lz4 at numcodecs' level 5 with bit shuffle. The
- * only codec measured with which a walk of a store is both within 1.3x of
- * its limit and 1.5x faster than anndata's own conversion (which writes
- * blosc-lz4 with byte shuffle, 12% larger), a view reads as fast, and its
- * bytes were the same on Debian 12 and 13; zstd's stores are smaller. */
+ * default codec"): blosc's lz4 at numcodecs' level 5 with bit shuffle. Of
+ * the codecs measured, the fastest walk of a store (the encoder is on its
+ * critical path), the one 1.5x faster than anndata's own conversion in most
+ * runs (which writes blosc-lz4 with byte shuffle, 12% larger), a view reads
+ * as fast, and its bytes were the same on Debian 12 and 13; zstd's stores
+ * are smaller. */
 zm_codec zm_codec_default(void)
 {
     zm_codec codec = zm__blosc_named();
