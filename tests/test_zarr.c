@@ -769,15 +769,15 @@ Test(codec, other_shuffles)
     }
 }
 
-/* A thread compresses into a buffer it keeps (up to 16 MiB, the worst case of
+/* A thread compresses into a buffer it keeps (up to 4 MiB, the worst case of
  * a chunk) and hands out a copy of the output alone. Chunks in any order of
  * size, and one past what a thread keeps, give the bytes of numcodecs' own
  * calls (blosc_compress_ctx, ZSTD_compress into the worst case's room) and
  * nothing of an earlier, larger chunk. */
 Test(codec, compresses_in_a_kept_buffer_and_hands_out_the_output_alone)
 {
-    static const size_t sizes[] = {1u << 20, 1000, (1u << 20) + 3, (17u << 20) + 5, 64, 2u << 20};
-    size_t largest = (17u << 20) + 5;
+    static const size_t sizes[] = {1u << 20, 1000, (1u << 20) + 3, (5u << 20) + 5, 64, 2u << 20};
+    size_t largest = (5u << 20) + 5;
     uint8_t *data = malloc(largest);
     uint64_t x = 7;
     for (size_t i = 0; i < largest; i++) {

@@ -298,9 +298,11 @@ static uint8_t *zm__alloc(size_t size)
  * of a 1 MiB chunk) between the cache's long-lived entries, too small for the
  * next worst case: at 10 million cells the daemon's heap held about 200 MiB
  * more than its caches and cells. A thread keeps up to ZM__SCRATCH_KEEP (the
- * worst case of chunks many times the default 1 MiB); a larger one is
- * allocated for that chunk alone. The copy is of the compressed bytes only. */
-#define ZM__SCRATCH_KEEP ((size_t)16 << 20)
+ * worst case of chunks four times the default 1 MiB), so that the threads
+ * that compress (the pool's and FUSE's, a few tens at most) keep little
+ * beside the caches whatever chunk_size is; a larger one is allocated for
+ * that chunk alone. The copy is of the compressed bytes only. */
+#define ZM__SCRATCH_KEEP ((size_t)4 << 20)
 
 struct zm__scratch {
     uint8_t *bytes;
