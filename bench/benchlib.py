@@ -174,11 +174,12 @@ def drop_caches():
 # The limit's compression (atlas_scale (a), contiguous (a)): every chunk file of a store's arrays
 # decompressed beforehand (keeping the filters' output: the bytes the codec compressed), then
 # compressed again with the array's own compressor on THREADS threads (numcodecs releases the
-# GIL; blosc's own threads off, as every chunk is one block), only that timed.  The raw bytes are handed over as an array of the .zarray's dtype, so
-# that blosc's shuffle works on the store's item size, as the store's own chunks were made (as
-# bytes, blosc took an item size of 1: byte shuffle did nothing and bit shuffle shuffled bits
-# within bytes, and the limit compressed worse than the walk: 509 MiB where the walk's store held
-# 195).  Object (strings) and structured dtypes stay bytes.
+# GIL; blosc's own threads off, as every chunk is one block), only that timed.  The raw bytes
+# are handed over as an array of the .zarray's dtype, so that blosc's shuffle works on the
+# store's item size, as the store's own chunks were made (as bytes, blosc took an item size of
+# 1: byte shuffle did nothing and bit shuffle shuffled bits within bytes, and the limit
+# compressed worse than the walk: 509 MiB where the walk's store held 195).  Object (strings)
+# and structured dtypes stay bytes.
 # argv: ROOT THREADS; prints JSON: seconds, raw, stored, recompressed, chunks, plain, codecs.
 COMPRESS = r"""
 import json, os, sys, time

@@ -193,9 +193,10 @@ class Bench:
                       limit + serve_s)
 
     def served(self, source, codec):
-        """(seconds, bytes) of a warm tar walk of full/ exported with CODEC and served by bindfs
-        (best of --runs; CODEC None: the default), or (None, why) without bindfs: a trivial FUSE file system's cost of
-        serving the same store, page cache of the export warm (bindfs only copies)."""
+        """(seconds, bytes) of a warm tar walk of full/ exported with CODEC (None: the default)
+        and served by bindfs, best of --runs, or (None, why) without bindfs: a trivial FUSE file
+        system's cost of serving the same store, page cache of the export warm (bindfs only
+        copies)."""
         if shutil.which("bindfs") is None:
             return None, "no bindfs (scripts/install-deps --bench installs it)"
         export = tempfile.mkdtemp(prefix="zm-bench-export-", dir="/var/tmp")

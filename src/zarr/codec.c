@@ -329,21 +329,19 @@ static void zm__scratch_init(void)
  * NULL when out of memory; *owned says it is the caller's to free. */
 static uint8_t *zm__scratch_get(size_t capacity, int *owned)
 {
-    *owned = 0;
     pthread_once(&zm__scratch_once, zm__scratch_init);
-    struct zm__scratch *s = zm__scratch_ready ? pthread_getspecific(zm__scratch_key) : NULL;
-    if (capacity > ZM__SCRATCH_KEEP || !zm__scratch_ready) {
-        *owned = 1;
-        return zm__alloc(capacity);
-    }
-    if (s == NULL) {
-        s = calloc(1, sizeof *s);
-        if (s == NULL || pthread_setspecific(zm__scratch_key, s) != 0) {
+    struct zm__scratch *s = NULL;
+    if (capacity <= ZM__SCRATCH_KEEP && zm__scratch_ready) {
+        s = pthread_getspecific(zm__scratch_key);
+        if (s == NULL && (s = calloc(1, sizeof *s)) != NULL &&
+            pthread_setspecific(zm__scratch_key, s) != 0) {
             free(s);
-            *owned = 1;
-            return zm__alloc(capacity);
+            s = NULL;
         }
     }
+    *owned = s == NULL; /* past the keep, or no kept buffer to be had */
+    if (s == NULL)
+        return zm__alloc(capacity);
     if (s->capacity < capacity) {
         /* Grown to the largest chunk seen, never past the keep limit. */
         free(s->bytes);
