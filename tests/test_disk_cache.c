@@ -19,6 +19,8 @@
 
 #include "zarrmount/cache.h"
 
+#include "cache/disk_internal.h" /* zm__disk_see, zm__disk_remove_seen */
+
 static char root[64];
 
 static void make_root(void)
@@ -41,9 +43,10 @@ static void fill(uint8_t *bytes, size_t size, unsigned seed)
 }
 
 /* Calls visit with every file under directory (path, name, stat). */
-typedef void (*visit_fn)(void *context, const char *path, const char *name, const struct stat *st);
+typedef void (*file_visit_fn)(void *context, const char *path, const char *name,
+                              const struct stat *st);
 
-static void each_file(const char *directory, visit_fn visit, void *context)
+static void each_file(const char *directory, file_visit_fn visit, void *context)
 {
     DIR *d = opendir(directory);
     if (d == NULL)
@@ -1213,5 +1216,149 @@ Test(trust, a_user_passes_through_directories_it_cannot_list)
     make_mode(roots, 0755);
     cr_expect_eq(open_as_nobody(roots, why, sizeof why), 1, "%s", why);
     cr_expect(strstr(why, "owned by uid 0, not by uid 65534") != NULL, "%s", why);
+    remove_tree(root);
+}
+
+/* ---- A file seen, told from one filed again in its place (internals) -------------- */
+
+/* dirname of path into out. */
+static void directory_of(const char *path, char *out, size_t size)
+{
+    snprintf(out, size, "%s", path);
+    char *slash = strrchr(out, '/');
+    cr_assert_not_null(slash);
+    *slash = '\0';
+}
+
+static void count_temporary(void *context, const char *path, const char *name,
+                            const struct stat *st)
+{
+    (void)path;
+    (void)st;
+    *(int *)context += strncmp(name, "tmp.", 4) == 0;
+}
+
+static int temporaries_under(const char *directory)
+{
+    int count = 0;
+    each_file(directory, count_temporary, &count);
+    return count;
+}
+
+/* Two threads (or mounts) find one entry damaged: the faster removes it
+ * and files it again; the slower, removing the files it saw, must leave
+ * the new ones, though ext4 gives the new files the inode numbers the old
+ * ones had (their generation differs). Here the "faster thread" is the
+ * test: it removes the files and puts the entry again. */
+Test(disk, a_file_filed_again_where_one_was_seen_is_not_removed_for_it)
+{
+    make_root();
+    zm_disk *disk;
+    zm_err err = {0};
+    cr_assert_eq(zm_disk_open(root, 1 << 20, &disk, &err), 0, "%s", err.reason);
+    uint8_t value[4000];
+    fill(value, sizeof value, 9);
+    cr_assert_eq(zm_disk_put(disk, "s", "k", value, sizeof value, &err), 0, "%s", err.reason);
+    char header[512], payload[512], space[512];
+    cr_assert_eq(only_file(root, ".entry", header, sizeof header), 1);
+    cr_assert_eq(only_file(root, ".data", payload, sizeof payload), 1);
+    directory_of(header, space, sizeof space);
+    const char *header_name = strrchr(header, '/') + 1, *payload_name = strrchr(payload, '/') + 1;
+    int space_fd = open(space, O_RDONLY | O_DIRECTORY);
+    cr_assert_geq(space_fd, 0);
+    struct zm__disk_seen old_header, old_payload, new_header, new_payload;
+    cr_assert_eq(zm__disk_see(space_fd, header_name, &old_header), 0);
+    cr_assert_eq(zm__disk_see(space_fd, payload_name, &old_payload), 0);
+    cr_assert_eq(unlink(header), 0);
+    cr_assert_eq(unlink(payload), 0);
+    cr_assert_eq(zm_disk_put(disk, "s", "k", value, sizeof value, &err), 0, "%s", err.reason);
+    cr_assert_eq(zm__disk_see(space_fd, header_name, &new_header), 0);
+    cr_assert_eq(zm__disk_see(space_fd, payload_name, &new_payload), 0);
+    cr_log_info("inode numbers given again: header %s, payload %s",
+                new_header.st.st_ino == old_header.st.st_ino ? "yes" : "no",
+                new_payload.st.st_ino == old_payload.st.st_ino ? "yes" : "no");
+    /* The slower thread's removals: refused, the new files stay. */
+    cr_expect_eq(zm__disk_remove_seen(disk, space_fd, header_name, &old_header), -EEXIST);
+    cr_expect_eq(zm__disk_remove_seen(disk, space_fd, payload_name, &old_payload), -EEXIST);
+    cr_expect_eq(access(header, F_OK), 0, "the new header was removed for the old one");
+    cr_expect_eq(access(payload, F_OK), 0, "the new payload was removed for the old one");
+    cr_expect_eq(temporaries_under(root), 0, "a claimed file was left under a temporary name");
+    uint8_t *got = NULL;
+    size_t size = 0;
+    cr_expect_eq(zm_disk_get(disk, "s", "k", &got, &size, &err), 0, "%s", err.reason);
+    cr_expect(got != NULL && size == sizeof value && memcmp(got, value, size) == 0);
+    free(got);
+    /* The files seen as they are now are removed. */
+    cr_assert_eq(zm__disk_see(space_fd, header_name, &new_header), 0);
+    cr_expect_eq(zm__disk_remove_seen(disk, space_fd, header_name, &new_header), 0);
+    cr_expect_eq(zm__disk_remove_seen(disk, space_fd, payload_name, &new_payload), 0);
+    cr_expect_neq(access(header, F_OK), 0);
+    cr_expect_neq(access(payload, F_OK), 0);
+    /* Removing what is gone already is done. */
+    cr_expect_eq(zm__disk_remove_seen(disk, space_fd, payload_name, &new_payload), 0);
+    cr_expect_eq(temporaries_under(root), 0);
+    close(space_fd);
+    zm_disk_close(disk);
+    remove_tree(root);
+}
+
+/* The rule itself, on any file system: the same inode is the same file
+ * when its generation is the same (where the file system tells one), else
+ * when its modification time is; a file that is not regular never is. */
+Test(disk, a_file_is_known_by_its_inode_and_generation_or_time)
+{
+    make_root();
+    zm_disk *disk;
+    zm_err err = {0};
+    cr_assert_eq(zm_disk_open(root, 1 << 20, &disk, &err), 0, "%s", err.reason);
+    uint8_t value[100];
+    fill(value, sizeof value, 4);
+    cr_assert_eq(zm_disk_put(disk, "s", "k", value, sizeof value, &err), 0, "%s", err.reason);
+    char payload[512], space[512];
+    cr_assert_eq(only_file(root, ".data", payload, sizeof payload), 1);
+    directory_of(payload, space, sizeof space);
+    const char *name = strrchr(payload, '/') + 1;
+    int space_fd = open(space, O_RDONLY | O_DIRECTORY);
+    cr_assert_geq(space_fd, 0);
+    struct zm__disk_seen now, before;
+    cr_assert_eq(zm__disk_see(space_fd, name, &now), 0);
+    cr_expect(zm__disk_same_file(&now, &now));
+    if (now.has_generation) {
+        before = now;
+        before.generation ^= 1;
+        cr_expect_not(zm__disk_same_file(&now, &before), "another generation is another file");
+        /* Times move when a file is used; its generation does not. */
+        before = now;
+        before.st.st_mtim.tv_sec -= 100;
+        cr_expect(zm__disk_same_file(&now, &before));
+    }
+    /* Without a generation (a file system that has none, or a file not
+     * ours to open): the modification time. */
+    before = now;
+    before.has_generation = 0;
+    cr_expect(zm__disk_same_file(&now, &before));
+    before.st.st_mtim.tv_nsec = (before.st.st_mtim.tv_nsec + 1) % 1000000000L;
+    cr_expect_not(zm__disk_same_file(&now, &before), "another time is another file");
+    before = now;
+    before.st.st_ino++;
+    cr_expect_not(zm__disk_same_file(&now, &before), "another inode is another file");
+    /* Such a file is left where it is, under its name. */
+    before = now;
+    before.has_generation = 0;
+    before.st.st_mtim.tv_sec -= 100;
+    cr_expect_eq(zm__disk_remove_seen(disk, space_fd, name, &before), -EEXIST);
+    cr_expect_eq(access(payload, F_OK), 0);
+    cr_expect_eq(temporaries_under(root), 0);
+    /* A name that is not a regular file is never claimed. */
+    char link[600];
+    snprintf(link, sizeof link, "%s/0123456789abcdef.entry", space);
+    cr_assert_eq(symlink(payload, link), 0);
+    struct zm__disk_seen through;
+    cr_expect_eq(zm__disk_see(space_fd, "0123456789abcdef.entry", &through), -ELOOP);
+    cr_expect_eq(zm__disk_remove_seen(disk, space_fd, "0123456789abcdef.entry", &now), -EEXIST);
+    struct stat st;
+    cr_expect(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the link was moved or removed");
+    close(space_fd);
+    zm_disk_close(disk);
     remove_tree(root);
 }

@@ -55,11 +55,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
+
+#include <linux/fs.h> /* FS_IOC_GETVERSION */
 
 /* A payload filed with no header (a crash between the two renames, or a
  * header removed under a reader) is removed at open once this old: a
@@ -415,24 +418,72 @@ int zm__disk_open_space(const zm_disk *disk, const char *format, const char *spa
     return rc;
 }
 
+/* The generation of fd's inode, where its file system tells one. */
+static void generation_of(int fd, struct zm__disk_seen *seen)
+{
+    /* Declared as a long; ext4, XFS and Btrfs write an int into it. */
+    long generation = 0;
+    seen->has_generation = ioctl(fd, FS_IOC_GETVERSION, &generation) == 0;
+    seen->generation = seen->has_generation ? (uint64_t)generation : 0;
+}
+
 /* One of the cache's files for reading: name in directory, a regular file,
- * never through a link (a FIFO does not block the open). 0 (*fd, *st set),
+ * never through a link (a FIFO does not block the open). 0 (*fd, *seen set),
  * -ENOENT, -ELOOP (a symbolic link or not a regular file: not the
  * cache's), -errno. */
-int zm__disk_open_own(int directory, const char *name, int *fd, struct stat *st)
+int zm__disk_open_own(int directory, const char *name, int *fd, struct zm__disk_seen *seen)
 {
     *fd = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (*fd < 0)
         return errno == ELOOP ? -ELOOP : -errno;
-    int rc = fstat(*fd, st) != 0 ? -errno : S_ISREG(st->st_mode) ? 0 : -ELOOP;
+    int rc = fstat(*fd, &seen->st) != 0 ? -errno : S_ISREG(seen->st.st_mode) ? 0 : -ELOOP;
     if (rc != 0) {
         close(*fd);
         *fd = -1;
         return rc;
     }
+    generation_of(*fd, seen);
     /* Read as any file is (the kernel may read it for a reader). */
     (void)fcntl(*fd, F_SETFL, 0);
     return 0;
+}
+
+int zm__disk_see(int directory, const char *name, struct zm__disk_seen *seen)
+{
+    seen->has_generation = 0;
+    seen->generation = 0;
+    /* Its type first: anything but a regular file is never opened (a
+     * device's open may do something). */
+    if (fstatat(directory, name, &seen->st, AT_SYMLINK_NOFOLLOW) != 0)
+        return -errno;
+    if (!S_ISREG(seen->st.st_mode))
+        return -ELOOP;
+    int fd = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) /* gone or replaced since, or not ours to read: known by its status */
+        return errno == ENOENT ? -ENOENT : errno == ELOOP ? -ELOOP : 0;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_dev == seen->st.st_dev && st.st_ino == seen->st.st_ino) {
+        seen->st = st;
+        generation_of(fd, seen);
+    }
+    close(fd);
+    return 0;
+}
+
+int zm__disk_same_file(const struct zm__disk_seen *now, const struct zm__disk_seen *before)
+{
+    if (!S_ISREG(now->st.st_mode) || now->st.st_dev != before->st.st_dev ||
+        now->st.st_ino != before->st.st_ino)
+        return 0;
+    if (now->has_generation && before->has_generation)
+        return now->generation == before->generation;
+    return now->st.st_mtim.tv_sec == before->st.st_mtim.tv_sec &&
+           now->st.st_mtim.tv_nsec == before->st.st_mtim.tv_nsec;
+}
+
+void zm__disk_temporary_name(zm_disk *disk, char name[64])
+{
+    snprintf(name, 64, "tmp.%d.%" PRIu64, (int)getpid(), (uint64_t)++disk->temporary);
 }
 
 /* Whether name in directory is absent or one of the cache's files (a
@@ -511,19 +562,20 @@ void zm__disk_walk_files(zm_disk *disk, visit_fn visit, void *context)
                     continue;
                 struct visit v = {format,    e->d_name, s->d_name, space_fd,
                                   n->d_name, K_OTHER,   "",        NULL};
-                struct stat st;
+                struct zm__disk_seen seen;
                 v.kind = kind_of(n->d_name, v.stem);
                 int gone = 0, ours = v.kind != K_OTHER;
-                if (ours && fstatat(space_fd, n->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-                    gone = errno == ENOENT; /* removed since it was listed */
-                else if (ours)
-                    ours = S_ISREG(st.st_mode);
+                if (ours) {
+                    int rc = zm__disk_see(space_fd, n->d_name, &seen);
+                    gone = rc == -ENOENT; /* removed since it was listed */
+                    ours = rc == 0;
+                }
                 if (gone || !ours) {
                     if (!gone)
                         foreign_file(disk, &f, e->d_name, s->d_name, n->d_name);
                     continue;
                 }
-                v.st = &st;
+                v.seen = &seen;
                 visit(context, &v);
             }
             if (files != NULL)
@@ -557,19 +609,20 @@ static int left_by_crash(const char *name, const struct stat *st)
 }
 
 struct census {
+    zm_disk *disk;
     uint64_t bytes, entries;
 };
 
 /* Whether a payload of the current format has no header naming it. */
 static int orphaned(const struct visit *v)
 {
-    if (time(NULL) - v->st->st_mtime < ORPHAN_SECONDS)
+    if (time(NULL) - v->seen->st.st_mtime < ORPHAN_SECONDS)
         return 0;
     char entry[24];
     snprintf(entry, sizeof entry, "%.16s.entry", v->name);
     int fd;
-    struct stat st;
-    int rc = zm__disk_open_own(v->space_fd, entry, &fd, &st);
+    struct zm__disk_seen seen;
+    int rc = zm__disk_open_own(v->space_fd, entry, &fd, &seen);
     if (rc != 0)
         return rc == -ENOENT;
     struct disk_header h;
@@ -582,15 +635,35 @@ static int orphaned(const struct visit *v)
     return strcmp(named, v->name) != 0; /* replaced by another payload */
 }
 
-/* Removes one of the cache's files, if it still is the regular file seen. */
-int zm__disk_remove_seen(int directory, const char *name, const struct stat *seen)
+/* Removes one of the cache's files, if it still is the file seen. It is
+ * claimed first, moved to a temporary name of ours, so that the file
+ * checked is the file removed: another thread or mount filing the entry
+ * again meanwhile renames a new file to the name, which then either stays
+ * unclaimed or is put back. While claimed the name is free, and a reader
+ * finds no entry there (a miss, as after the removal). */
+int zm__disk_remove_seen(zm_disk *disk, int directory, const char *name,
+                         const struct zm__disk_seen *seen)
 {
     struct stat st;
     if (fstatat(directory, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT ? 0 : -errno;
-    if (!S_ISREG(st.st_mode) || st.st_dev != seen->st_dev || st.st_ino != seen->st_ino)
+    if (!S_ISREG(st.st_mode) || st.st_dev != seen->st.st_dev || st.st_ino != seen->st.st_ino)
         return -EEXIST;
-    return unlinkat(directory, name, 0) == 0 || errno == ENOENT ? 0 : -errno;
+    char claimed[64];
+    zm__disk_temporary_name(disk, claimed);
+    if (renameat(directory, name, directory, claimed) != 0)
+        return errno == ENOENT ? 0 : -errno;
+    struct zm__disk_seen now;
+    if (zm__disk_see(directory, claimed, &now) == 0 && zm__disk_same_file(&now, seen))
+        return unlinkat(directory, claimed, 0) == 0 || errno == ENOENT ? 0 : -errno;
+    /* Another file (filed again under the name since it was seen): put
+     * back, unless a newer one was filed meanwhile, which stays. */
+    if (renameat2(directory, claimed, directory, name, RENAME_NOREPLACE) != 0) {
+        int unsupported = errno == EINVAL || errno == ENOSYS;
+        if (!unsupported || linkat(directory, claimed, directory, name, 0) == 0 || errno == EEXIST)
+            (void)unlinkat(directory, claimed, 0);
+    }
+    return -EEXIST;
 }
 
 /* At open: count what is there, and remove temporary files a crash left
@@ -599,14 +672,14 @@ static void count_file(void *context, const struct visit *v)
 {
     struct census *c = context;
     if (v->kind == K_TEMPORARY) {
-        if (left_by_crash(v->name, v->st))
-            (void)zm__disk_remove_seen(v->space_fd, v->name, v->st);
+        if (left_by_crash(v->name, &v->seen->st))
+            (void)zm__disk_remove_seen(c->disk, v->space_fd, v->name, v->seen);
         return;
     }
     if (v->kind == K_DATA && v->format == DISK_FORMAT && orphaned(v) &&
-        zm__disk_remove_seen(v->space_fd, v->name, v->st) == 0)
+        zm__disk_remove_seen(c->disk, v->space_fd, v->name, v->seen) == 0)
         return;
-    c->bytes += (uint64_t)v->st->st_size;
+    c->bytes += (uint64_t)v->seen->st.st_size;
     if (v->kind != K_DATA)
         c->entries++;
 }
@@ -664,7 +737,7 @@ int zm_disk_open(const char *directory, uint64_t max_bytes, zm_disk **out, zm_er
         zm_disk_close(disk);
         return rc;
     }
-    struct census c = {0, 0};
+    struct census c = {disk, 0, 0};
     zm__disk_walk_files(disk, count_file, &c);
     disk->bytes_held = c.bytes;
     disk->entries = c.entries;

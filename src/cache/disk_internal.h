@@ -80,16 +80,36 @@ int zm__disk_open_directory(int parent, const char *name, int create, int *fd);
 /* The space directory of the current format (or of format, "v1"). */
 int zm__disk_open_space(const zm_disk *disk, const char *format, const char *space_name, int create,
                         int *fd);
+/* One of the cache's files as it was seen: its status, and the generation
+ * its file system gave its inode where it tells one (FS_IOC_GETVERSION:
+ * ext4, XFS, Btrfs). A file made where one was removed may get the same
+ * inode number at once (ext4 hands it out again), so the inode alone does
+ * not tell the two apart: the generation does, and without one the
+ * modification time does (the new file's is the later). */
+struct zm__disk_seen {
+    struct stat st;
+    uint64_t generation;
+    int has_generation;
+};
 /* One of the cache's files for reading: name in directory, a regular file,
- * never through a link (a FIFO does not block the open). 0 (*fd, *st set),
- * -ENOENT, -ELOOP (a symbolic link or not a regular file: not the
+ * never through a link (a FIFO does not block the open). 0 (*fd, *seen
+ * set), -ENOENT, -ELOOP (a symbolic link or not a regular file: not the
  * cache's), -errno. */
-int zm__disk_open_own(int directory, const char *name, int *fd, struct stat *st);
+int zm__disk_open_own(int directory, const char *name, int *fd, struct zm__disk_seen *seen);
+/* name in directory as it is now, without keeping it open: 0 (*seen set),
+ * -ENOENT, -ELOOP (not a regular file), -errno. */
+int zm__disk_see(int directory, const char *name, struct zm__disk_seen *seen);
+/* Whether now (a regular file) is the file seen before. */
+int zm__disk_same_file(const struct zm__disk_seen *now, const struct zm__disk_seen *before);
 /* Whether name in directory is absent or one of the cache's files (a
  * regular file): what the cache may replace or remove. */
 int zm__disk_replaceable(int directory, const char *name, struct stat *st);
-/* Removes one of the cache's files, if it still is the regular file seen. */
-int zm__disk_remove_seen(int directory, const char *name, const struct stat *seen);
+/* Removes one of the cache's files, if it still is the file seen: 0 (gone),
+ * -EEXIST (another file is there now: it stays), -errno. */
+int zm__disk_remove_seen(zm_disk *disk, int directory, const char *name,
+                         const struct zm__disk_seen *seen);
+/* A new temporary name of this process's (tmp.<pid>.<n>). */
+void zm__disk_temporary_name(zm_disk *disk, char name[64]);
 
 /* ---- Walking the cache's files (disk.c) -------------------------------------------- */
 
@@ -102,7 +122,7 @@ struct visit {
     const char *name;
     enum file_kind kind;
     char stem[17];
-    const struct stat *st;
+    const struct zm__disk_seen *seen;
 };
 
 typedef void (*visit_fn)(void *context, const struct visit *v);

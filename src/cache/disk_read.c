@@ -27,10 +27,8 @@
 struct checked {
     uint64_t key; /* xxh3 of space and key; 0: an empty slot */
     uint64_t length, xxh3;
-    dev_t dev;
-    ino_t ino;
-    struct timespec mtime, ctime;
-    time_t touched; /* when its header's time was last moved (for eviction) */
+    struct zm__disk_seen seen; /* its payload's file when checked */
+    time_t touched;            /* when its header's time was last moved (for eviction) */
 };
 
 /* Slots of the table (open addressing); past half full it starts again
@@ -86,7 +84,7 @@ static int read_fd(int fd, size_t limit, uint8_t **bytes, size_t *size)
 
 /* The whole of one of the cache's files, and (seen) the file it was. */
 static int read_own(int directory, const char *name, size_t limit, uint8_t **bytes, size_t *size,
-                    struct stat *seen)
+                    struct zm__disk_seen *seen)
 {
     int fd;
     int rc = zm__disk_open_own(directory, name, &fd, seen);
@@ -134,13 +132,14 @@ static int names(const struct disk_header *h, const uint8_t *file, const char *s
  * file seen: a file filed again under the name meanwhile (another thread or
  * mount rebuilt the entry: a new file, renamed into place) stays, and so
  * does anything that is not a regular file. */
-static void forget_file(zm_disk *disk, int directory, const char *name, const struct stat *seen)
+static void forget_file(zm_disk *disk, int directory, const char *name,
+                        const struct zm__disk_seen *seen)
 {
-    if (zm__disk_remove_seen(directory, name, seen) != 0)
+    if (zm__disk_remove_seen(disk, directory, name, seen) != 0)
         return;
+    uint64_t size = (uint64_t)seen->st.st_size;
     pthread_mutex_lock(&disk->lock);
-    disk->bytes_held =
-        disk->bytes_held > (uint64_t)seen->st_size ? disk->bytes_held - (uint64_t)seen->st_size : 0;
+    disk->bytes_held = disk->bytes_held > size ? disk->bytes_held - size : 0;
     pthread_mutex_unlock(&disk->lock);
 }
 
@@ -149,7 +148,7 @@ static void forget_file(zm_disk *disk, int directory, const char *name, const st
 struct found {
     int space_fd; /* its space directory (-1: none open) */
     char space_name[17], entry[24], data[48];
-    struct stat entry_seen, data_seen; /* the files read */
+    struct zm__disk_seen entry_seen, data_seen; /* the files read */
     int fd;
     uint64_t length, xxh3;
 };
@@ -197,7 +196,7 @@ static int migrate(zm_disk *disk, const char *space, const char *key)
         return -ENOENT;
     uint8_t *file;
     size_t length;
-    struct stat seen;
+    struct zm__disk_seen seen;
     if (read_own(space_fd, entry, (size_t)1 << 40, &file, &length, &seen) != 0) {
         close(space_fd);
         return -ENOENT;
@@ -302,7 +301,7 @@ static int find(zm_disk *disk, const char *space, const char *key, struct found 
                           path);
     if (rc != 0)
         return zm_err_set(err, rc, "cache entry %s: %s", path, strerror(-rc));
-    if ((uint64_t)f->data_seen.st_size != f->length) {
+    if ((uint64_t)f->data_seen.st.st_size != f->length) {
         close(f->fd);
         f->fd = -1;
         forget_damaged(disk, f, 1);
@@ -378,11 +377,16 @@ static uint64_t checked_key(const char *space, const char *key)
     return hash;
 }
 
-static int same_file(const struct checked *c, const struct stat *st)
+/* Whether a payload is as it was when checked: the same file (its inode
+ * and generation), its length, and its times (a write moves them). */
+static int same_file(const struct checked *c, const struct zm__disk_seen *now)
 {
-    return c->dev == st->st_dev && c->ino == st->st_ino && (uint64_t)st->st_size == c->length &&
-           c->mtime.tv_sec == st->st_mtim.tv_sec && c->mtime.tv_nsec == st->st_mtim.tv_nsec &&
-           c->ctime.tv_sec == st->st_ctim.tv_sec && c->ctime.tv_nsec == st->st_ctim.tv_nsec;
+    const struct stat *st = &now->st, *then = &c->seen.st;
+    return zm__disk_same_file(now, &c->seen) && (uint64_t)st->st_size == c->length &&
+           st->st_mtim.tv_sec == then->st_mtim.tv_sec &&
+           st->st_mtim.tv_nsec == then->st_mtim.tv_nsec &&
+           st->st_ctim.tv_sec == then->st_ctim.tv_sec &&
+           st->st_ctim.tv_nsec == then->st_ctim.tv_nsec;
 }
 
 /* The slot of key (found, or the empty one where it would go); NULL when
@@ -438,10 +442,10 @@ static int lend_checked(zm_disk *disk, const char *space, const char *key, uint6
     zm__disk_names_of(space, key, space_name, entry);
     zm__disk_data_name(entry, c.xxh3, data);
     int space_fd, opened;
-    struct stat st;
+    struct zm__disk_seen seen;
     if (zm__disk_open_space(disk, NULL, space_name, 0, &space_fd) != 0)
         return -ENOENT;
-    if (zm__disk_open_own(space_fd, data, &opened, &st) != 0 || !same_file(&c, &st)) {
+    if (zm__disk_open_own(space_fd, data, &opened, &seen) != 0 || !same_file(&c, &seen)) {
         if (opened >= 0)
             close(opened);
         close(space_fd);
@@ -499,14 +503,7 @@ int zm_disk_open_entry(zm_disk *disk, const char *space, const char *key, int *f
         }
     }
     touch(f.space_fd, f.entry);
-    struct checked c = {id,
-                        f.length,
-                        f.xxh3,
-                        f.data_seen.st_dev,
-                        f.data_seen.st_ino,
-                        f.data_seen.st_mtim,
-                        f.data_seen.st_ctim,
-                        time(NULL)};
+    struct checked c = {id, f.length, f.xxh3, f.data_seen, time(NULL)};
     checked_put(disk, &c);
     disk->hits++;
     *fd = f.fd;

@@ -30,8 +30,7 @@ struct aged {
     char stem[17]; /* key hash (current format), "" otherwise */
     int kind;
     uint64_t size;
-    dev_t dev;
-    ino_t ino;
+    struct zm__disk_seen seen;
     struct timespec used; /* the header's time: touched on every read */
     int old_format;
 };
@@ -61,10 +60,9 @@ static void collect_file(void *context, const struct visit *v)
     snprintf(a->space_name, sizeof a->space_name, "%s", v->space_name);
     snprintf(a->name, sizeof a->name, "%s", v->name);
     a->kind = v->kind;
-    a->size = (uint64_t)v->st->st_size;
-    a->dev = v->st->st_dev;
-    a->ino = v->st->st_ino;
-    a->used = v->st->st_mtim;
+    a->size = (uint64_t)v->seen->st.st_size;
+    a->seen = *v->seen;
+    a->used = v->seen->st.st_mtim;
     a->old_format = !current;
     if (current)
         memcpy(a->stem, v->stem, sizeof a->stem);
@@ -130,13 +128,9 @@ static int remove_group(zm_disk *disk, const struct aged *items, const struct gr
     if (rc != 0)
         return 0;
     int gone = 1;
-    for (size_t i = g->first; gone && i < g->first + g->count; i++) {
-        struct stat seen = {0};
-        seen.st_dev = items[i].dev;
-        seen.st_ino = items[i].ino;
-        if (zm__disk_remove_seen(space_fd, items[i].name, &seen) != 0)
+    for (size_t i = g->first; gone && i < g->first + g->count; i++)
+        if (zm__disk_remove_seen(disk, space_fd, items[i].name, &items[i].seen) != 0)
             gone = 0;
-    }
     close(space_fd);
     return gone;
 }
@@ -220,8 +214,7 @@ static int write_file(zm_disk *disk, int space_fd, const char *space_name, const
                       const void *const *parts, const size_t *lengths, int count, zm_err *err)
 {
     char temporary[64], path[4200];
-    snprintf(temporary, sizeof temporary, "tmp.%d.%" PRIu64, (int)getpid(),
-             (uint64_t)++disk->temporary);
+    zm__disk_temporary_name(disk, temporary);
     zm__disk_describe(disk, DISK_FORMAT_NAME, space_name, temporary, path, sizeof path);
     int fd =
         openat(space_fd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -288,18 +281,18 @@ static int put_in_space(zm_disk *disk, int space_fd, const char *space_name, con
     uint64_t replaced = 0;
     int replacing = 0;
     int fd;
-    if (zm__disk_open_own(space_fd, entry, &fd, &st) == 0) {
+    struct zm__disk_seen header_seen, previous_seen;
+    if (zm__disk_open_own(space_fd, entry, &fd, &header_seen) == 0) {
         replacing = 1;
-        replaced += (uint64_t)st.st_size;
+        replaced += (uint64_t)header_seen.st.st_size;
         struct disk_header old;
         if (pread(fd, &old, sizeof old, 0) == (ssize_t)sizeof old) {
             zm__disk_data_name(entry, old.payload_xxh3, previous_data);
             if (strcmp(previous_data, data) == 0 ||
-                fstatat(space_fd, previous_data, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-                !S_ISREG(st.st_mode))
+                zm__disk_see(space_fd, previous_data, &previous_seen) != 0)
                 previous_data[0] = '\0';
             else
-                replaced += (uint64_t)st.st_size;
+                replaced += (uint64_t)previous_seen.st.st_size;
         }
         close(fd);
     }
@@ -316,8 +309,8 @@ static int put_in_space(zm_disk *disk, int space_fd, const char *space_name, con
         rc = write_file(disk, space_fd, space_name, entry, header_parts, header_lengths, 3, err);
     if (rc != 0)
         return rc;
-    if (previous_data[0] && zm__disk_replaceable(space_fd, previous_data, &st))
-        unlinkat(space_fd, previous_data, 0);
+    if (previous_data[0])
+        (void)zm__disk_remove_seen(disk, space_fd, previous_data, &previous_seen);
     pthread_mutex_lock(&disk->lock);
     disk->bytes_held += total;
     replaced += same_payload;
