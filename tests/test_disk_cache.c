@@ -1362,3 +1362,100 @@ Test(disk, a_file_is_known_by_its_inode_and_generation_or_time)
     zm_disk_close(disk);
     remove_tree(root);
 }
+
+/* Threads that each find the same damaged entries, each filing again what
+ * it found damaged (as the mount's readers and its push of kept chunks do
+ * on a remount): when all are done, every entry is there, whole. A slower
+ * thread removing the files it saw must not take the ones a faster thread
+ * filed again in their place. */
+#define RACE_KEYS    32
+#define RACE_THREADS 4
+#define RACE_BYTES   (64 * 1024)
+
+struct racer {
+    zm_disk *disk;
+    pthread_barrier_t *start;
+    int wrong;
+};
+
+static void *refile_damaged(void *context)
+{
+    struct racer *r = context;
+    uint8_t value[RACE_BYTES], *got;
+    size_t size;
+    char key[32];
+    zm_err err;
+    pthread_barrier_wait(r->start);
+    for (int i = 0; i < RACE_KEYS; i++) {
+        fill(value, sizeof value, (unsigned)i + 100);
+        snprintf(key, sizeof key, "race-%d", i);
+        zm_err_clear(&err);
+        got = NULL;
+        int rc = zm_disk_get(r->disk, "s", key, &got, &size, &err);
+        if (rc == 0 && (size != sizeof value || memcmp(got, value, size) != 0))
+            r->wrong++;
+        free(got);
+        if (rc != 0)
+            (void)zm_disk_put(r->disk, "s", key, value, sizeof value, &err);
+    }
+    return NULL;
+}
+
+static void flip_last_byte(void *context, const char *path, const char *name, const struct stat *st)
+{
+    (void)context;
+    size_t length = strlen(name);
+    if (length < 5 || strcmp(name + length - 5, ".data") != 0 || st->st_size == 0)
+        return;
+    int fd = open(path, O_RDWR);
+    uint8_t byte;
+    if (fd >= 0 && pread(fd, &byte, 1, st->st_size - 1) == 1) {
+        byte ^= 0x40;
+        (void)!pwrite(fd, &byte, 1, st->st_size - 1);
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
+Test(disk, threads_finding_one_damaged_entry_leave_it_filed_again)
+{
+    for (int round = 0; round < 10; round++) {
+        make_root();
+        zm_disk *disk;
+        zm_err err = {0};
+        cr_assert_eq(zm_disk_open(root, 1 << 24, &disk, &err), 0, "%s", err.reason);
+        uint8_t value[RACE_BYTES];
+        char key[32];
+        for (int i = 0; i < RACE_KEYS; i++) {
+            fill(value, sizeof value, (unsigned)i + 100);
+            snprintf(key, sizeof key, "race-%d", i);
+            cr_assert_eq(zm_disk_put(disk, "s", key, value, sizeof value, &err), 0, "%s",
+                         err.reason);
+        }
+        each_file(root, flip_last_byte, NULL);
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, RACE_THREADS);
+        pthread_t threads[RACE_THREADS];
+        struct racer racers[RACE_THREADS];
+        for (int t = 0; t < RACE_THREADS; t++) {
+            racers[t] = (struct racer){disk, &start, 0};
+            cr_assert_eq(pthread_create(&threads[t], NULL, refile_damaged, &racers[t]), 0);
+        }
+        for (int t = 0; t < RACE_THREADS; t++) {
+            pthread_join(threads[t], NULL);
+            cr_expect_eq(racers[t].wrong, 0, "round %d: thread %d was served damaged bytes", round,
+                         t);
+        }
+        pthread_barrier_destroy(&start);
+        char header[512];
+        int entries = only_file(root, ".entry", header, sizeof header);
+        cr_expect_eq(entries, RACE_KEYS, "round %d: %d of %d entries left filed", round, entries,
+                     RACE_KEYS);
+        cr_expect_eq(payloads_without_header(root), 0, "round %d", round);
+        cr_expect_eq(temporaries_under(root), 0, "round %d", round);
+        zm_disk_close(disk);
+        remove_tree(root);
+        if (entries != RACE_KEYS)
+            break;
+    }
+}
