@@ -189,23 +189,17 @@ class Bench:
         # The target is "at least 1.5x faster": ours / peer <= 1 / 1.5.
         self.line("(a) cold walk of full/ vs anndata read_h5ad + write_zarr", walk_s, min(convert),
                   round(1 / 1.5, 3))
-        # For information: the limit plus serving the same store to the same reader through a
-        # trivial FUSE file system (the limit counts no serving; on 2 cores the reader's copies
-        # alone are a third of a walk).
-        serve_s, why = self.served(source, self.a.codec)
-        if serve_s is None:
-            print(f"# (a) the limit plus serving skipped: {why}")
-        else:
-            self.line("(a) walk vs the limit + bindfs serving the store (info)", walk_s,
-                      limit + serve_s)
-        # The floor of serving: the finished store served by the daemon from its own memory
-        # (every chunk made and kept; the kernel's pages of the mount dropped), to the same reader.
-        floor_s, why = self.served_from_memory(source, self.a.codec)
-        if floor_s is None:
-            print(f"# (a) the limit plus serving from memory skipped: {why}")
-        else:
-            self.line("(a) walk vs the limit + the store served from memory (info)", walk_s,
-                      limit + floor_s)
+        # For information: the limit plus serving the same store to the same reader, through a
+        # trivial FUSE file system (bindfs), and by the daemon from its own memory (every chunk
+        # made and kept; the kernel's pages of the mount dropped): the floor of serving. The limit
+        # counts no serving; on 2 cores the reader's copies alone are a third of a walk.
+        for what, serving in (("bindfs serving the store", self.served),
+                              ("the store served from memory", self.served_from_memory)):
+            serve_s, why = serving(source, self.a.codec)
+            if serve_s is None:
+                print(f"# (a) the limit plus {what} skipped: {why}")
+            else:
+                self.line(f"(a) walk vs the limit + {what} (info)", walk_s, limit + serve_s)
 
     def served_from_memory(self, source, codec):
         """(seconds, None) of a tar walk of full/ whose every chunk the daemon holds in memory,
