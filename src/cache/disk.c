@@ -566,7 +566,16 @@ void zm__disk_walk_files(zm_disk *disk, visit_fn visit, void *context)
                 v.kind = kind_of(n->d_name, v.stem);
                 int gone = 0, ours = v.kind != K_OTHER;
                 if (ours) {
-                    int rc = zm__disk_see(space_fd, n->d_name, &seen);
+                    /* Its status alone (a census of many files opens none):
+                     * those removed from a listing are old (crash leftovers,
+                     * the least recently used), told from a file filed
+                     * since by their time. */
+                    int rc = fstatat(space_fd, n->d_name, &seen.st, AT_SYMLINK_NOFOLLOW) != 0
+                                 ? -errno
+                             : S_ISREG(seen.st.st_mode) ? 0
+                                                        : -ELOOP;
+                    seen.has_generation = 0;
+                    seen.generation = 0;
                     gone = rc == -ENOENT; /* removed since it was listed */
                     ours = rc == 0;
                 }

@@ -85,7 +85,8 @@ int zm__disk_open_space(const zm_disk *disk, const char *format, const char *spa
  * ext4, XFS, Btrfs). A file made where one was removed may get the same
  * inode number at once (ext4 hands it out again), so the inode alone does
  * not tell the two apart: the generation does, and without one the
- * modification time does (the new file's is the later). */
+ * modification time does (the new file's is the later). A listing (the
+ * census, eviction) sees files without opening them: by their times. */
 struct zm__disk_seen {
     struct stat st;
     uint64_t generation;
