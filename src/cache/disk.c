@@ -458,14 +458,15 @@ int zm__disk_see(int directory, const char *name, struct zm__disk_seen *seen)
         return -errno;
     if (!S_ISREG(seen->st.st_mode))
         return -ELOOP;
-    int fd = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) /* gone or replaced since, or not ours to read: known by its status */
-        return errno == ENOENT ? -ENOENT : errno == ELOOP ? -ELOOP : 0;
-    struct stat st;
-    if (fstat(fd, &st) == 0 && st.st_dev == seen->st.st_dev && st.st_ino == seen->st.st_ino) {
-        seen->st = st;
-        generation_of(fd, seen);
-    }
+    int fd;
+    struct zm__disk_seen opened;
+    int rc = zm__disk_open_own(directory, name, &fd, &opened);
+    if (rc == -ENOENT || rc == -ELOOP) /* gone or replaced since */
+        return rc;
+    if (rc != 0) /* not ours to read: known by its status */
+        return 0;
+    if (opened.st.st_dev == seen->st.st_dev && opened.st.st_ino == seen->st.st_ino)
+        *seen = opened;
     close(fd);
     return 0;
 }
